@@ -1,0 +1,56 @@
+# Every target installs what it needs on a fresh Debian 12 (run as root).
+#   make demo   - README command 1: a demo chain with real traffic in throwaway namespaces
+#   make test   - README command 2: lint + type check + unit and netns tests (what CI runs)
+
+SHELL := /bin/bash
+PYTHON_BASE ?= /usr/bin/python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PYTEST_ARGS ?=
+APT_PACKAGES := iproute2 nftables iptables libnftables1 containernetworking-plugins \
+	gcc python3-dev python3-venv conntrack curl ca-certificates
+
+.PHONY: all deps apt venv lint test test-unit test-root demo bench clean
+
+all: test
+
+apt:
+	@missing=""; for p in $(APT_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+$(VENV)/.installed: pyproject.toml | apt
+	test -x $(PY) || $(PYTHON_BASE) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip setuptools wheel
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+deps: apt venv
+
+lint: deps
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+# pytest exits 5 when it collected nothing: that is a failure here, like any non-zero code.
+test: lint
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest $(PYTEST_ARGS)
+
+test-unit: deps
+	$(PY) -m pytest -m "not root" $(PYTEST_ARGS)
+
+demo: deps
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) tests/demo.py
+
+bench: deps
+	$(PY) -m pip install -q -e '.[test,bench]'
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) bench/startup.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""The bandwidth CNI meta-plugin."""

@@ -1,0 +1,90 @@
+"""The network configuration on stdin, as every plugin sees it."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from common import versions
+from common.errors import DECODING_FAILURE, CniError, invalid_config
+from common.jsonobj import JsonObject
+from common.result import Result
+
+# Bounded input: a runtime never sends megabytes; a config that large is a mistake or an
+# attack, and reading it whole would cost the node memory and time.
+MAX_STDIN_BYTES = 1 << 20
+_NETWORK_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.\-]*")
+
+
+def decode(data: bytes) -> dict[str, Any]:
+    """stdin bytes -> the config object; error 6 when it is not one."""
+    if len(data) > MAX_STDIN_BYTES:
+        raise CniError(
+            DECODING_FAILURE,
+            f"network configuration is {len(data)} bytes, more than the {MAX_STDIN_BYTES} allowed",
+        )
+    try:
+        raw = json.loads(data)
+    except (ValueError, RecursionError) as e:
+        raise CniError(
+            DECODING_FAILURE, "network configuration is not valid JSON", str(e)
+        ) from None
+    if not isinstance(raw, dict):
+        raise CniError(DECODING_FAILURE, "network configuration must be a JSON object")
+    return raw
+
+
+def config_version(raw: dict[str, Any]) -> str:
+    """The cniVersion a config asks for; missing means 0.1.0. Unsupported: error 1."""
+    value = JsonObject(raw).string("cniVersion", "") or versions.DEFAULT_VERSION
+    versions.require_supported(value)
+    return str(value)
+
+
+@dataclass(frozen=True)
+class NetConf:
+    """The fields of a network configuration that every plugin shares."""
+
+    cni_version: str
+    name: str
+    type: str
+    capabilities: dict[str, Any]
+    runtime_config: JsonObject
+    args: JsonObject
+    prev_result: Result | None
+    body: JsonObject  # the whole config, for the plugin's own keys
+
+    @property
+    def cni_args_object(self) -> JsonObject:
+        """`args.cni`, the structured per-attachment arguments (empty when absent)."""
+        return self.args.child("cni") or JsonObject({}, "args.cni")
+
+
+def parse_netconf(raw: dict[str, Any], *, need_name: bool = True) -> NetConf:
+    body = JsonObject(raw, "")
+    version = config_version(raw)
+    name = body.string("name", "")
+    if need_name and not name:
+        raise invalid_config("the network configuration has no 'name'")
+    if name and (not _NETWORK_NAME.fullmatch(name) or len(name) > 1024):
+        raise invalid_config(
+            f"invalid network name {name[:80]!r}",
+            "a name starts with a letter or digit and contains only letters, digits, '_', '.', '-'",
+        )
+    capabilities = body.child("capabilities")
+    runtime_config = body.child("runtimeConfig") or JsonObject({}, "runtimeConfig")
+    args = body.child("args") or JsonObject({}, "args")
+    prev_raw = body.get("prevResult")
+    prev = None if prev_raw is None else Result.from_json(prev_raw, version)
+    return NetConf(
+        cni_version=version,
+        name=name,
+        type=body.string("type", ""),
+        capabilities=dict(capabilities.raw) if capabilities else {},
+        runtime_config=runtime_config,
+        args=args,
+        prev_result=prev,
+        body=body,
+    )

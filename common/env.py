@@ -1,0 +1,141 @@
+"""The CNI_* environment: which variables each verb needs, and their validation."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from common.errors import INVALID_ENVIRONMENT, INVALID_NETNS, CniError
+
+VERBS = ("ADD", "DEL", "CHECK", "VERSION", "GC", "STATUS")
+
+# Which variables a verb cannot do without (the table in the CNI spec). CNI_NETNS is
+# optional for DEL: the namespace may already be gone.
+REQUIRED: dict[str, tuple[str, ...]] = {
+    "ADD": ("CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME", "CNI_PATH"),
+    "CHECK": ("CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME", "CNI_PATH"),
+    "DEL": ("CNI_CONTAINERID", "CNI_IFNAME", "CNI_PATH"),
+    "VERSION": (),
+    "GC": ("CNI_PATH",),
+    "STATUS": ("CNI_PATH",),
+}
+
+# The rules libcni applies (pkg/utils): what a runtime may send us.
+_CONTAINER_ID = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.\-]*")
+_MAX_IFNAME = 15  # IFNAMSIZ - 1
+MAX_CONTAINER_ID = 1024
+
+
+def validate_container_id(cid: str, what: str = "CNI_CONTAINERID") -> None:
+    if not _CONTAINER_ID.fullmatch(cid) or len(cid) > MAX_CONTAINER_ID:
+        raise CniError(
+            INVALID_ENVIRONMENT,
+            f"invalid {what} {cid[:80]!r}",
+            "it must start with a letter or digit and contain only letters, digits, "
+            f"'_', '.' and '-' (at most {MAX_CONTAINER_ID} characters)",
+        )
+
+
+def validate_ifname(name: str) -> None:
+    problem = ""
+    if not name:
+        problem = "it is empty"
+    elif len(name) > _MAX_IFNAME:
+        problem = f"it is longer than {_MAX_IFNAME} characters"
+    elif name in (".", ".."):
+        problem = "'.' and '..' are not interface names"
+    elif any(c in "/:" or c.isspace() for c in name):
+        problem = "it must not contain '/', ':' or white space"
+    if problem:
+        raise CniError(INVALID_ENVIRONMENT, f"invalid CNI_IFNAME {name[:40]!r}", problem)
+
+
+def parse_cni_args(text: str) -> dict[str, str]:
+    """CNI_ARGS 'K=V;K2=V2' -> dict. Empty pairs are skipped; a pair without '=' is an error."""
+    out: dict[str, str] = {}
+    for pair in text.split(";"):
+        if not pair:
+            continue
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise CniError(
+                INVALID_ENVIRONMENT,
+                f"invalid CNI_ARGS pair {pair[:80]!r}",
+                "CNI_ARGS must be 'KEY=VALUE' pairs separated by ';'",
+            )
+        out[key] = value
+    return out
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """What the runtime told us through the environment."""
+
+    command: str
+    container_id: str = ""
+    netns: str = ""
+    ifname: str = ""
+    path: tuple[str, ...] = ()
+    cni_args: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def attachment_label(self) -> str:
+        return f"{self.container_id}/{self.ifname}" if self.container_id else "-"
+
+
+def read_invocation(environ: Mapping[str, str]) -> Invocation:
+    command = environ.get("CNI_COMMAND", "")
+    if command not in VERBS:
+        raise CniError(
+            INVALID_ENVIRONMENT,
+            f"unknown CNI_COMMAND {command[:40]!r}",
+            "expected one of " + ", ".join(VERBS),
+        )
+    for var in REQUIRED[command]:
+        if not environ.get(var):
+            raise CniError(
+                INVALID_ENVIRONMENT, f"required environment variable {var} is missing for {command}"
+            )
+    if command in ("VERSION",):
+        return Invocation(command)
+    cid = environ.get("CNI_CONTAINERID", "")
+    ifname = environ.get("CNI_IFNAME", "")
+    if command in ("ADD", "DEL", "CHECK"):
+        validate_container_id(cid)
+        validate_ifname(ifname)
+    netns = environ.get("CNI_NETNS", "")
+    if command in ("ADD", "CHECK", "DEL") and netns:
+        check_netns_path(netns, must_exist=command != "DEL")
+    path = tuple(p for p in environ.get("CNI_PATH", "").split(os.pathsep) if p)
+    return Invocation(
+        command=command,
+        container_id=cid,
+        netns=netns,
+        ifname=ifname,
+        path=path,
+        cni_args=parse_cni_args(environ.get("CNI_ARGS", "")),
+    )
+
+
+def check_netns_path(path: str, *, must_exist: bool) -> None:
+    """The netns must be a namespace file, and not the one we run in (error 8)."""
+    try:
+        target = os.stat(path)
+    except FileNotFoundError:
+        if must_exist:
+            raise CniError(INVALID_NETNS, f"network namespace {path} does not exist") from None
+        return
+    except OSError as e:
+        raise CniError(INVALID_NETNS, f"cannot open network namespace {path}", str(e)) from None
+    own = os.stat("/proc/self/ns/net")
+    if target.st_dev != own.st_dev:
+        # nsfs files share one device; anything else (a regular file, a typo'd dir) is not a ns.
+        raise CniError(INVALID_NETNS, f"{path} is not a network namespace")
+    if target.st_ino == own.st_ino:
+        raise CniError(
+            INVALID_NETNS,
+            f"CNI_NETNS {path} is the plugin's own network namespace",
+            "the runtime must pass the container's namespace, not the host's",
+        )

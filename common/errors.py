@@ -1,0 +1,64 @@
+"""The one error type every plugin raises, and the CNI well-known error codes."""
+
+from __future__ import annotations
+
+# Well-known codes from the CNI spec. 100 and above are plugin-specific.
+INCOMPATIBLE_VERSION = 1
+UNSUPPORTED_FIELD = 2
+UNKNOWN_CONTAINER = 3
+INVALID_ENVIRONMENT = 4
+IO_FAILURE = 5
+DECODING_FAILURE = 6
+INVALID_CONFIG = 7
+INVALID_NETNS = 8
+TRY_AGAIN_LATER = 11
+STATUS_UNAVAILABLE = 50
+STATUS_LIMITED = 51
+# Plugin-specific codes, shared by our plugins so that users learn one table.
+KERNEL_FAILURE = 100  # the kernel refused a change (netlink, nft, iptables, tc)
+CONFLICT = 101  # a resource (host port, ...) is owned by another attachment
+CHECK_FAILED = 102  # CHECK found the live state differs from the config
+INTERNAL = 999  # a bug: an unexpected exception
+
+DOCUMENTED_CODES = frozenset(
+    {
+        INCOMPATIBLE_VERSION,
+        UNSUPPORTED_FIELD,
+        UNKNOWN_CONTAINER,
+        INVALID_ENVIRONMENT,
+        IO_FAILURE,
+        DECODING_FAILURE,
+        INVALID_CONFIG,
+        INVALID_NETNS,
+        TRY_AGAIN_LATER,
+        STATUS_UNAVAILABLE,
+        STATUS_LIMITED,
+        KERNEL_FAILURE,
+        CONFLICT,
+        CHECK_FAILED,
+        INTERNAL,
+    }
+)
+
+
+class CniError(Exception):
+    """An error reported to the runtime as CNI error JSON on stdout."""
+
+    def __init__(self, code: int, msg: str, details: str = "") -> None:
+        super().__init__(msg)
+        self.code = code
+        self.msg = msg
+        self.details = details
+
+    def to_json(self, cni_version: str) -> dict[str, object]:
+        out: dict[str, object] = {"cniVersion": cni_version, "code": self.code, "msg": self.msg}
+        if self.details:
+            out["details"] = self.details
+        return out
+
+    def __str__(self) -> str:
+        return f"{self.msg}: {self.details}" if self.details else self.msg
+
+
+def invalid_config(msg: str, details: str = "") -> CniError:
+    return CniError(INVALID_CONFIG, msg, details)

@@ -1,0 +1,127 @@
+"""Reading JSON objects the way Go's encoding/json does.
+
+Runtimes written in Go decode config keys case-insensitively, and some send them
+capitalised ("HostPort", "IngressRate"). An exact match wins; otherwise the first key that
+matches ignoring case. Unknown keys are ignored. Type errors become CNI error 7 naming the
+field's path, so the user knows what to fix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from common.errors import invalid_config
+
+_MISSING: Any = object()
+
+
+def _type_name(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
+
+
+def ci_key(obj: Mapping[str, Any], key: str) -> str | None:
+    """The key of obj that Go would bind to `key`, or None."""
+    if key in obj:
+        return key
+    folded = key.casefold()
+    for k in obj:
+        if k.casefold() == folded:
+            return k
+    return None
+
+
+def ci_get(obj: Mapping[str, Any], key: str, default: Any = None) -> Any:
+    k = ci_key(obj, key)
+    return default if k is None else obj[k]
+
+
+class JsonObject:
+    """A read-only view of one JSON object with typed, case-insensitive getters.
+
+    `where` is the path shown in error messages, e.g. "runtimeConfig.portMappings[2]".
+    A key present with a JSON null counts as absent, as in Go.
+    """
+
+    __slots__ = ("raw", "where")
+
+    def __init__(self, raw: Mapping[str, Any], where: str = "config") -> None:
+        self.raw = raw
+        self.where = where
+
+    @classmethod
+    def of(cls, value: object, where: str) -> JsonObject:
+        if not isinstance(value, dict):
+            raise invalid_config(f"{where} must be a JSON object, got {_type_name(value)}")
+        return cls(value, where)
+
+    def path(self, key: str) -> str:
+        return f"{self.where}.{key}" if self.where else key
+
+    def has(self, key: str) -> bool:
+        return self.get(key) is not None
+
+    def get(self, key: str, default: Any = None) -> Any:
+        value = ci_get(self.raw, key, None)
+        return default if value is None else value
+
+    def _typed(self, key: str, types: tuple[type, ...], want: str, default: Any) -> Any:
+        value = self.get(key, _MISSING)
+        if value is _MISSING:
+            return default
+        # bool is an int subclass in Python; JSON keeps them apart and so do we.
+        if isinstance(value, bool) and bool not in types:
+            raise invalid_config(f"{self.path(key)} must be {want}, got a boolean")
+        if not isinstance(value, types):
+            raise invalid_config(f"{self.path(key)} must be {want}, got {_type_name(value)}")
+        return value
+
+    def string(self, key: str, default: Any = None) -> Any:
+        return self._typed(key, (str,), "a string", default)
+
+    def boolean(self, key: str, default: Any = None) -> Any:
+        return self._typed(key, (bool,), "a boolean (true or false)", default)
+
+    def integer(
+        self,
+        key: str,
+        default: Any = None,
+        *,
+        minimum: int | None = None,
+        maximum: int | None = None,
+    ) -> Any:
+        value = self._typed(key, (int,), "an integer", _MISSING)
+        if value is _MISSING:
+            return default
+        if minimum is not None and value < minimum:
+            raise invalid_config(f"{self.path(key)} must be at least {minimum}, got {value}")
+        if maximum is not None and value > maximum:
+            raise invalid_config(f"{self.path(key)} must be at most {maximum}, got {value}")
+        return value
+
+    def child(self, key: str) -> JsonObject | None:
+        value = self._typed(key, (dict,), "a JSON object", None)
+        return None if value is None else JsonObject(value, self.path(key))
+
+    def array(self, key: str) -> list[Any] | None:
+        value: list[Any] | None = self._typed(key, (list,), "a JSON array", None)
+        return value
+
+    def objects(self, key: str) -> list[JsonObject]:
+        """A JSON array of objects, each wrapped; absent means empty."""
+        items = self.array(key) or []
+        return [JsonObject.of(item, f"{self.path(key)}[{i}]") for i, item in enumerate(items)]

@@ -1,0 +1,47 @@
+"""Logging to a file, never to stdout (stdout belongs to the CNI protocol).
+
+The file is named by the config key "logFile" or the environment variable
+CNI_META_LOG_FILE; with neither, nothing is logged. Every line carries the plugin, the verb
+and the attachment, so one file can serve all plugins of a node.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+LOG_ENV = "CNI_META_LOG_FILE"
+LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}
+
+
+class Log:
+    def __init__(self, path: str = "", prefix: str = "", level: str = "info") -> None:
+        self.path = path
+        self.prefix = prefix
+        self.threshold = LEVELS.get(level.lower(), 20)
+
+    def _write(self, level: str, msg: str) -> None:
+        if not self.path or LEVELS[level] < self.threshold:
+            return
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime())
+        line = f"{stamp} {os.getpid()} {level.upper()} {self.prefix} {msg}\n"
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                os.write(fd, line.encode("utf-8", "replace"))
+            finally:
+                os.close(fd)
+        except OSError:
+            pass  # logging must never be the reason a container fails to start
+
+    def debug(self, msg: str) -> None:
+        self._write("debug", msg)
+
+    def info(self, msg: str) -> None:
+        self._write("info", msg)
+
+    def warning(self, msg: str) -> None:
+        self._write("warning", msg)
+
+    def error(self, msg: str) -> None:
+        self._write("error", msg)

@@ -1,0 +1,64 @@
+"""Entering a network namespace by path for a block of code.
+
+Python 3.11 has no os.setns, so this calls setns(2) through ctypes (imported only here).
+setns(CLONE_NEWNET) switches the calling thread only; sockets (netlink, nft, inet) keep the
+namespace they were created in, so a socket opened inside the block keeps working after it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from common.errors import INVALID_NETNS, CniError
+
+CLONE_NEWNET = 0x40000000
+_libc: Any = None
+
+
+def _setns(fd: int) -> None:
+    global _libc
+    if _libc is None:
+        import ctypes
+
+        _libc = ctypes.CDLL(None, use_errno=True)
+    if _libc.setns(fd, CLONE_NEWNET) != 0:
+        import ctypes
+
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
+@contextmanager
+def entered(path: str) -> Iterator[None]:
+    """Run the block inside the network namespace at `path`, then come back."""
+    try:
+        target = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as e:
+        raise CniError(INVALID_NETNS, f"cannot open network namespace {path}", str(e)) from None
+    origin = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        try:
+            _setns(target)
+        except OSError as e:
+            raise CniError(
+                INVALID_NETNS, f"cannot enter network namespace {path}", str(e)
+            ) from None
+        try:
+            yield
+        finally:
+            # Failing to come back would leave the rest of the process in the wrong
+            # namespace: nothing sensible can continue after that.
+            try:
+                _setns(origin)
+            except OSError:  # pragma: no cover - the kernel refusing our own ns
+                os._exit(70)
+    finally:
+        os.close(target)
+        os.close(origin)
+
+
+def exists(path: str) -> bool:
+    return bool(path) and os.path.exists(path)

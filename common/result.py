@@ -1,0 +1,330 @@
+"""CNI results: one model for every spec version, converted in both directions.
+
+Internally a result has the richest shape (1.1.0). It is read from any version and written
+to any version:
+
+* 0.1.0 / 0.2.0: ``ip4`` / ``ip6`` objects ({ip, gateway, routes}) and ``dns``;
+* 0.3.0 / 0.3.1 / 0.4.0: ``interfaces``, ``ips`` (with ``version`` "4"/"6"), ``routes``, ``dns``;
+* 1.0.0: as 0.4.0 without the redundant ``ips[].version``;
+* 1.1.0: adds interface ``mtu``, ``socketPath``, ``pciID`` and route ``mtu``, ``advmss``,
+  ``priority``, ``table``, ``scope``.
+
+Keys a version does not define are kept verbatim in ``extra`` and written back, so a
+pass-through never loses what a newer or foreign plugin put there. Down-conversion drops
+what the older version cannot carry (interfaces, further addresses, 1.1.0 fields); that is
+the spec's "lossy" cell of the conversion matrix, not a bug here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from common import versions
+from common.jsonkeys import split_known
+from common.jsonobj import JsonObject
+
+LEGACY = ("0.1.0", "0.2.0")
+
+
+def is_legacy(version: str) -> bool:
+    return version in LEGACY
+
+
+def has_ip_version_field(version: str) -> bool:
+    return version in ("0.3.0", "0.3.1", "0.4.0")
+
+
+def has_1_1_fields(version: str) -> bool:
+    return versions.at_least(version, "1.1.0")
+
+
+def address_family(address: str) -> int:
+    """4 or 6, from an address or CIDR string (cheap: no ipaddress import)."""
+    return 6 if ":" in address else 4
+
+
+# ---------------------------------------------------------------------------- the model
+
+
+@dataclass
+class Interface:
+    name: str
+    mac: str = ""
+    sandbox: str = ""
+    mtu: int | None = None  # 1.1.0
+    socket_path: str = ""  # 1.1.0
+    pci_id: str = ""  # 1.1.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class IPConfig:
+    address: str  # CIDR, e.g. "10.88.0.5/16"
+    gateway: str = ""
+    interface: int | None = None  # index into Result.interfaces
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def family(self) -> int:
+        return address_family(self.address)
+
+    @property
+    def ip(self) -> str:
+        """The address without its prefix length."""
+        return self.address.split("/", 1)[0]
+
+
+@dataclass
+class Route:
+    dst: str
+    gw: str = ""
+    mtu: int | None = None  # 1.1.0 (this and the rest)
+    advmss: int | None = None
+    priority: int | None = None
+    table: int | None = None
+    scope: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class DNS:
+    nameservers: list[str] = field(default_factory=list)
+    domain: str = ""
+    search: list[str] = field(default_factory=list)
+    options: list[str] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Result:
+    interfaces: list[Interface] = field(default_factory=list)
+    ips: list[IPConfig] = field(default_factory=list)
+    routes: list[Route] = field(default_factory=list)
+    dns: DNS = field(default_factory=DNS)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    # -- queries the plugins share ------------------------------------------------------
+
+    def interface_index(self, name: str, *, in_sandbox: bool | None = None) -> int | None:
+        for i, iface in enumerate(self.interfaces):
+            if iface.name != name:
+                continue
+            if in_sandbox is None or bool(iface.sandbox) == in_sandbox:
+                return i
+        return None
+
+    def container_ips(self, ifname: str) -> list[IPConfig]:
+        """Addresses of the container interface `ifname`.
+
+        An address whose interface index is absent is accepted (older plugins leave it
+        out); one that points at another interface, or at a host-side one, is not.
+        """
+        out = []
+        for ip in self.ips:
+            if ip.interface is None:
+                out.append(ip)
+                continue
+            if 0 <= ip.interface < len(self.interfaces):
+                iface = self.interfaces[ip.interface]
+                if iface.name == ifname and iface.sandbox:
+                    out.append(ip)
+        return out
+
+    # -- reading and writing -------------------------------------------------------------
+
+    @classmethod
+    def from_json(cls, raw: object, version: str, where: str = "prevResult") -> Result:
+        obj = JsonObject.of(raw, where)
+        own = obj.get("cniVersion")
+        if isinstance(own, str) and own in versions.SUPPORTED_VERSIONS:
+            version = own
+        # A result in the legacy shape is read as such whatever version it claims:
+        # libcni would silently read nothing from it, which helps nobody.
+        if (obj.has("ip4") or obj.has("ip6")) and not (obj.has("ips") or obj.has("interfaces")):
+            version = "0.2.0"
+        if is_legacy(version):
+            return _read_legacy(obj)
+        return _read_current(obj, version)
+
+    def to_json(self, version: str) -> dict[str, Any]:
+        if is_legacy(version):
+            return _write_legacy(self, version)
+        return _write_current(self, version)
+
+
+# ---------------------------------------------------------------------------- 0.3.0+
+
+
+_IFACE_KEYS = ("name", "mac", "sandbox")
+_IFACE_KEYS_1_1 = ("mtu", "socketPath", "pciID")
+_IP_KEYS = ("address", "gateway", "interface")
+_ROUTE_KEYS = ("dst", "gw")
+_ROUTE_KEYS_1_1 = ("mtu", "advmss", "priority", "table", "scope")
+_DNS_KEYS = ("nameservers", "domain", "search", "options")
+_RESULT_KEYS = ("cniVersion", "interfaces", "ips", "routes", "dns")
+_LEGACY_KEYS = ("cniVersion", "ip4", "ip6", "dns")
+_LEGACY_IP_KEYS = ("ip", "gateway", "routes")
+
+
+def _str_list(obj: JsonObject, key: str) -> list[str]:
+    items = obj.array(key) or []
+    for i, item in enumerate(items):
+        if not isinstance(item, str):
+            JsonObject({key: item}, f"{obj.path(key)}[{i}]").string(key)
+    return list(items)
+
+
+def _read_dns(obj: JsonObject | None) -> DNS:
+    if obj is None:
+        return DNS()
+    return DNS(
+        nameservers=_str_list(obj, "nameservers"),
+        domain=obj.string("domain", ""),
+        search=_str_list(obj, "search"),
+        options=_str_list(obj, "options"),
+        extra=split_known(obj.raw, _DNS_KEYS),
+    )
+
+
+def _read_route(obj: JsonObject, v11: bool) -> Route:
+    keys = _ROUTE_KEYS + (_ROUTE_KEYS_1_1 if v11 else ())
+    route = Route(
+        dst=obj.string("dst", ""), gw=obj.string("gw", ""), extra=split_known(obj.raw, keys)
+    )
+    if v11:
+        route.mtu = obj.integer("mtu")
+        route.advmss = obj.integer("advmss")
+        route.priority = obj.integer("priority")
+        route.table = obj.integer("table")
+        route.scope = obj.integer("scope")
+    return route
+
+
+def _read_current(obj: JsonObject, version: str) -> Result:
+    v11 = has_1_1_fields(version)
+    ip_keys = _IP_KEYS + (("version",) if has_ip_version_field(version) else ())
+    result = Result(extra=split_known(obj.raw, _RESULT_KEYS))
+    for o in obj.objects("interfaces"):
+        iface = Interface(
+            name=o.string("name", ""),
+            mac=o.string("mac", ""),
+            sandbox=o.string("sandbox", ""),
+            extra=split_known(o.raw, _IFACE_KEYS + (_IFACE_KEYS_1_1 if v11 else ())),
+        )
+        if v11:
+            iface.mtu = o.integer("mtu")
+            iface.socket_path = o.string("socketPath", "")
+            iface.pci_id = o.string("pciID", "")
+        result.interfaces.append(iface)
+    for o in obj.objects("ips"):
+        result.ips.append(
+            IPConfig(
+                address=o.string("address", ""),
+                gateway=o.string("gateway", ""),
+                interface=o.integer("interface"),
+                extra=split_known(o.raw, ip_keys),
+            )
+        )
+    result.routes = [_read_route(o, v11) for o in obj.objects("routes")]
+    result.dns = _read_dns(obj.child("dns"))
+    return result
+
+
+def _put(out: dict[str, Any], key: str, value: Any) -> None:
+    """Set key unless the value is empty (Go's omitempty)."""
+    if value not in (None, "", [], {}):
+        out[key] = value
+
+
+def _write_dns(dns: DNS) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    _put(out, "nameservers", list(dns.nameservers))
+    _put(out, "domain", dns.domain)
+    _put(out, "search", list(dns.search))
+    _put(out, "options", list(dns.options))
+    return {**dns.extra, **out}
+
+
+def _write_route(route: Route, v11: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {"dst": route.dst}
+    _put(out, "gw", route.gw)
+    if v11:
+        _put(out, "mtu", route.mtu)
+        _put(out, "advmss", route.advmss)
+        _put(out, "priority", route.priority)
+        _put(out, "table", route.table)
+        _put(out, "scope", route.scope)
+    return {**route.extra, **out}
+
+
+def _write_current(result: Result, version: str) -> dict[str, Any]:
+    v11 = has_1_1_fields(version)
+    out: dict[str, Any] = {"cniVersion": version, **result.extra}
+    interfaces = []
+    for iface in result.interfaces:
+        o: dict[str, Any] = {"name": iface.name}
+        _put(o, "mac", iface.mac)
+        if v11:
+            _put(o, "mtu", iface.mtu)
+        _put(o, "sandbox", iface.sandbox)
+        if v11:
+            _put(o, "socketPath", iface.socket_path)
+            _put(o, "pciID", iface.pci_id)
+        interfaces.append({**iface.extra, **o})
+    _put(out, "interfaces", interfaces)
+    ips = []
+    for ip in result.ips:
+        o = {}
+        if has_ip_version_field(version):
+            o["version"] = str(ip.family)
+        if ip.interface is not None:
+            o["interface"] = ip.interface
+        o["address"] = ip.address
+        _put(o, "gateway", ip.gateway)
+        ips.append({**ip.extra, **o})
+    _put(out, "ips", ips)
+    _put(out, "routes", [_write_route(r, v11) for r in result.routes])
+    out["dns"] = _write_dns(result.dns)
+    return out
+
+
+# ---------------------------------------------------------------------------- 0.1.0 / 0.2.0
+
+
+def _read_legacy(obj: JsonObject) -> Result:
+    result = Result(extra=split_known(obj.raw, _LEGACY_KEYS))
+    for key in ("ip4", "ip6"):
+        ipobj = obj.child(key)
+        if ipobj is None:
+            continue
+        result.ips.append(
+            IPConfig(
+                address=ipobj.string("ip", ""),
+                gateway=ipobj.string("gateway", ""),
+                extra=split_known(ipobj.raw, _LEGACY_IP_KEYS),
+            )
+        )
+        result.routes.extend(_read_route(o, False) for o in ipobj.objects("routes"))
+    result.dns = _read_dns(obj.child("dns"))
+    return result
+
+
+def _write_legacy(result: Result, version: str) -> dict[str, Any]:
+    out: dict[str, Any] = {"cniVersion": version, **result.extra}
+    blocks: dict[int, dict[str, Any]] = {}
+    for ip in result.ips:
+        if ip.family in blocks:
+            continue  # 0.2.0 carries one address per family: the first one wins
+        block: dict[str, Any] = {"ip": ip.address}
+        _put(block, "gateway", ip.gateway)
+        blocks[ip.family] = {**ip.extra, **block}
+    for route in result.routes:
+        block_for_route = blocks.get(address_family(route.dst))
+        if block_for_route is not None:
+            block_for_route.setdefault("routes", []).append(_write_route(route, False))
+    for family, key in ((4, "ip4"), (6, "ip6")):
+        if family in blocks:
+            out[key] = blocks[family]
+    out["dns"] = _write_dns(result.dns)
+    return out

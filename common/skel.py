@@ -1,0 +1,212 @@
+"""Dispatch of a CNI invocation to a plugin's verbs: the part every plugin shares.
+
+A plugin hands `run` a `Plugin` naming one function per verb. `run` reads the environment
+and stdin, answers VERSION and the banner itself, validates everything generic (env,
+cniVersion, verb/version combinations, the shared config keys), calls the verb, prints the
+result in the config's cniVersion, and turns any failure into exactly one CNI error JSON
+on stdout (a human line on stderr, the traceback, if any, in the log).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from common import versions
+from common.config import MAX_STDIN_BYTES, NetConf, decode, parse_netconf
+from common.env import Invocation, read_invocation
+from common.errors import INTERNAL, CniError
+from common.log import LOG_ENV, Log
+from common.result import Result
+
+
+@dataclass(frozen=True)
+class Request:
+    """Everything a verb needs: the environment, the parsed config and a logger."""
+
+    env: Invocation
+    conf: NetConf
+    log: Log
+    environ: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def network(self) -> str:
+        return self.conf.name
+
+    @property
+    def container_id(self) -> str:
+        return self.env.container_id
+
+    @property
+    def ifname(self) -> str:
+        return self.env.ifname
+
+    @property
+    def netns(self) -> str:
+        return self.env.netns
+
+
+AddFn = Callable[[Request], "Result | None"]
+VerbFn = Callable[[Request], None]
+
+
+def _no_op(_: Request) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class Plugin:
+    """A plugin's table of contents: which function handles which verb.
+
+    `add` returns the result to print, or None to pass prevResult through unchanged.
+    """
+
+    name: str
+    add: AddFn
+    delete: VerbFn
+    check: VerbFn
+    gc: VerbFn = _no_op
+    status: VerbFn = _no_op
+    version: str = "0.1.0"
+
+    def banner(self) -> str:
+        return (
+            f"CNI {self.name} plugin (cni-meta-plugins {self.version}), "
+            f"CNI spec versions {', '.join(versions.SUPPORTED_VERSIONS)}"
+        )
+
+
+def _read_stdin(stream: IO[bytes]) -> bytes:
+    # Read one byte more than allowed so that decode() can tell "too large" without us
+    # ever holding an unbounded input in memory.
+    return stream.read(MAX_STDIN_BYTES + 1)
+
+
+def _best_effort_version(data: bytes) -> str:
+    """The cniVersion to put in an error JSON, even when the config is broken."""
+    try:
+        raw = json.loads(data)
+    except (ValueError, RecursionError):
+        return versions.LATEST
+    if isinstance(raw, dict):
+        v = raw.get("cniVersion")
+        if isinstance(v, str) and v in versions.SUPPORTED_VERSIONS:
+            return v
+        if v is None or v == "":
+            return versions.DEFAULT_VERSION
+    return versions.LATEST
+
+
+def version_answer(data: bytes) -> dict[str, Any]:
+    """VERSION: never fails; echoes the requested version when there is a sensible one."""
+    requested = versions.LATEST
+    try:
+        raw = json.loads(data) if data.strip() else {}
+    except (ValueError, RecursionError):
+        raw = {}
+    if isinstance(raw, dict):
+        v = raw.get("cniVersion")
+        if isinstance(v, str):
+            try:
+                versions.parse(v)
+                requested = v
+            except ValueError:
+                pass
+    return {"cniVersion": requested, "supportedVersions": list(versions.SUPPORTED_VERSIONS)}
+
+
+def _make_log(plugin: str, raw: dict[str, Any] | None, env: Mapping[str, str]) -> Log:
+    path = ""
+    level = "info"
+    if raw is not None:
+        v = raw.get("logFile")
+        path = v if isinstance(v, str) else ""
+        lv = raw.get("logLevel")
+        level = lv if isinstance(lv, str) else level
+    path = path or env.get(LOG_ENV, "")
+    cid = env.get("CNI_CONTAINERID", "-")[:64]
+    net = raw.get("name", "-") if isinstance(raw, dict) else "-"
+    prefix = f"{plugin} {env.get('CNI_COMMAND', '-')} {net}/{cid}/{env.get('CNI_IFNAME', '-')}"
+    return Log(path, prefix, level)
+
+
+def run(
+    plugin: Plugin,
+    *,
+    environ: Mapping[str, str] | None = None,
+    stdin: IO[bytes] | None = None,
+    stdout: IO[bytes] | None = None,
+    stderr: IO[str] | None = None,
+) -> int:
+    env: Mapping[str, str] = os.environ if environ is None else environ
+    out = stdout or sys.stdout.buffer
+    err = stderr or sys.stderr
+    command = env.get("CNI_COMMAND", "")
+    if not command:
+        print(plugin.banner(), file=err)
+        return 0
+    data = _read_stdin(stdin or sys.stdin.buffer)
+    if command == "VERSION":
+        _emit(out, version_answer(data))
+        return 0
+
+    error_version = _best_effort_version(data)
+    log = _make_log(plugin.name, None, env)
+    try:
+        invocation = read_invocation(env)
+        raw = decode(data)
+        log = _make_log(plugin.name, raw, env)
+        conf = parse_netconf(raw)
+        error_version = conf.cni_version
+        versions.require_verb(command, conf.cni_version)
+        request = Request(invocation, conf, log, env)
+        result = _dispatch(plugin, request)
+        if result is not None:
+            _emit(out, result.to_json(conf.cni_version))
+        log.debug("ok")
+        return 0
+    except CniError as e:
+        log.error(f"error {e.code}: {e}")
+        _emit(out, e.to_json(error_version))
+        print(f"{plugin.name}: {command} failed: {e}", file=err)
+        return 1
+    except Exception as e:  # the one place a bug becomes an honest error 999
+        import traceback
+
+        log.error("unexpected exception:\n" + traceback.format_exc())
+        failure = CniError(INTERNAL, f"internal error in {plugin.name}: {type(e).__name__}", str(e))
+        _emit(out, failure.to_json(error_version))
+        print(f"{plugin.name}: {command} failed: {failure}", file=err)
+        return 1
+
+
+def _dispatch(plugin: Plugin, request: Request) -> Result | None:
+    command = request.env.command
+    if command == "ADD":
+        result = plugin.add(request)
+        if result is None:
+            result = request.conf.prev_result or Result()
+        return result
+    if command == "DEL":
+        plugin.delete(request)
+    elif command == "CHECK":
+        plugin.check(request)
+    elif command == "GC":
+        plugin.gc(request)
+    elif command == "STATUS":
+        plugin.status(request)
+    return None
+
+
+def _emit(out: IO[bytes], obj: dict[str, Any]) -> None:
+    out.write(json.dumps(obj).encode() + b"\n")
+    out.flush()
+
+
+def main(plugin: Plugin) -> None:
+    """Entry point for a plugin executable."""
+    sys.exit(run(plugin))

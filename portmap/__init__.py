@@ -1,0 +1,1 @@
+"""The portmap CNI meta-plugin."""

@@ -1,0 +1,1 @@
+"""Test harness: throwaway network namespaces, plugin and chain runners, real traffic."""

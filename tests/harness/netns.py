@@ -1,0 +1,86 @@
+"""Throwaway "host" and "container" network namespaces.
+
+Every kernel test runs the plugins inside a host netns it created and puts the container
+in another; deleting the namespaces removes every veth, bridge, ifb, qdisc, nft table and
+iptables rule made inside them, so cleanup cannot miss a kind of object.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from common.netns import entered
+
+PREFIX = "cmpt"  # every namespace a test makes starts with this
+
+
+def sh(*argv: str, check: bool = True, netns: str | None = None) -> str:
+    """Run a command (no shell), optionally inside a named netns; return stdout."""
+    cmd = ["ip", "netns", "exec", netns, *argv] if netns else list(argv)
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if check and proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr.strip()}")
+    return proc.stdout
+
+
+@dataclass
+class Netns:
+    name: str
+
+    @property
+    def path(self) -> str:
+        return f"/run/netns/{self.name}"
+
+    def run(self, *argv: str, check: bool = True) -> str:
+        return sh(*argv, check=check, netns=self.name)
+
+    def ip(self, *args: str, check: bool = True) -> str:
+        return sh("ip", "-n", self.name, *args, check=check)
+
+    @contextmanager
+    def entered(self) -> Iterator[None]:
+        with entered(self.path):
+            yield
+
+    def sysctl(self, key: str, value: str | None = None) -> str:
+        path = "/proc/sys/" + key.replace(".", "/")
+        with self.entered():
+            if value is not None:
+                with open(path, "w") as f:
+                    f.write(value)
+            with open(path) as f:
+                return f.read().strip()
+
+
+def create(role: str) -> Netns:
+    ns = Netns(f"{PREFIX}-{role}-{uuid.uuid4().hex[:10]}")
+    sh("ip", "netns", "add", ns.name)
+    ns.ip("link", "set", "lo", "up")
+    return ns
+
+
+def delete(ns: Netns) -> None:
+    if os.path.exists(ns.path):
+        sh("ip", "netns", "del", ns.name, check=False)
+
+
+@contextmanager
+def namespaces(*roles: str) -> Iterator[list[Netns]]:
+    made: list[Netns] = []
+    try:
+        for role in roles:
+            made.append(create(role))
+        yield made
+    finally:
+        for ns in made:
+            delete(ns)
+
+
+def leftover_namespaces() -> list[str]:
+    out = sh("ip", "netns", "list", check=False)
+    return [line.split()[0] for line in out.splitlines() if line.startswith(PREFIX + "-")]

@@ -1,0 +1,187 @@
+"""Real traffic between namespaces, without leaving the test process.
+
+A socket belongs to the network namespace it was created in, so we create it inside
+`Netns.entered()` and use it from an ordinary thread afterwards: servers and clients in
+any namespace, no helper processes to clean up.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+
+from tests.harness.netns import Netns
+
+
+def _family(addr: str) -> socket.AddressFamily:
+    return socket.AF_INET6 if ":" in addr else socket.AF_INET
+
+
+@dataclass
+class EchoServer:
+    """Answers every TCP connection / UDP datagram with `tag + b":" + payload`."""
+
+    sock: socket.socket
+    tag: bytes
+    proto: str
+    threads: list[threading.Thread] = field(default_factory=list)
+    stopped: bool = False
+    peers: list[str] = field(default_factory=list)  # source addresses seen
+
+    def _serve_tcp(self) -> None:
+        while not self.stopped:
+            try:
+                conn, peer = self.sock.accept()
+            except OSError:
+                return
+            self.peers.append(peer[0])
+            with conn:
+                conn.settimeout(3)
+                try:
+                    data = conn.recv(65536)
+                    conn.sendall(self.tag + b":" + data)
+                except OSError:
+                    pass
+
+    def _serve_udp(self) -> None:
+        while not self.stopped:
+            try:
+                data, peer = self.sock.recvfrom(65536)
+            except OSError:
+                return
+            self.peers.append(peer[0])
+            with suppress(OSError):
+                self.sock.sendto(self.tag + b":" + data, peer)
+
+    def start(self) -> EchoServer:
+        target = self._serve_tcp if self.proto == "tcp" else self._serve_udp
+        t = threading.Thread(target=target, daemon=True)
+        t.start()
+        self.threads.append(t)
+        return self
+
+    def close(self) -> None:
+        self.stopped = True
+        with suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+        self.sock.close()
+
+
+@contextmanager
+def echo_server(
+    ns: Netns, port: int, proto: str = "tcp", tag: str = "ctr", addr: str = "::"
+) -> Iterator[EchoServer]:
+    """An echo server in `ns` on [::]:port (IPv4 too, through v4-mapped addresses)."""
+    kind = socket.SOCK_STREAM if proto == "tcp" else socket.SOCK_DGRAM
+    with ns.entered():
+        sock = socket.socket(_family(addr), kind)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if _family(addr) == socket.AF_INET6:
+        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+    sock.bind((addr, port))
+    if proto == "tcp":
+        sock.listen(64)
+    server = EchoServer(sock, tag.encode(), proto).start()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def request(
+    ns: Netns,
+    dst: str,
+    port: int,
+    proto: str = "tcp",
+    payload: bytes = b"ping",
+    *,
+    src: str | None = None,
+    timeout: float = 3.0,
+) -> bytes:
+    """Send payload from `ns` to dst:port and return the reply; raises OSError on failure."""
+    kind = socket.SOCK_STREAM if proto == "tcp" else socket.SOCK_DGRAM
+    with ns.entered():
+        sock = socket.socket(_family(dst), kind)
+    with sock:
+        sock.settimeout(timeout)
+        if src:
+            sock.bind((src, 0))
+        if proto == "tcp":
+            sock.connect((dst, port))
+            sock.sendall(payload)
+            return sock.recv(65536)
+        sock.sendto(payload, (dst, port))
+        return sock.recvfrom(65536)[0]
+
+
+def reaches(ns: Netns, dst: str, port: int, proto: str = "tcp", **kw: object) -> bytes | None:
+    """The reply, or None when nothing answered (refused, dropped, timed out)."""
+    try:
+        return request(ns, dst, port, proto, **kw)  # type: ignore[arg-type]
+    except OSError:
+        return None
+
+
+@dataclass
+class Throughput:
+    bits_per_second: float
+    bytes_received: int
+    seconds: float
+
+
+def measure_throughput(
+    sender: Netns, receiver: Netns, dst: str, port: int, seconds: float = 3.0, warmup: float = 0.5
+) -> Throughput:
+    """TCP bulk transfer sender -> receiver; rate measured at the receiver after warmup."""
+    with receiver.entered():
+        lsock = socket.socket(_family(dst), socket.SOCK_STREAM)
+    lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if _family(dst) == socket.AF_INET6:
+        lsock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+    lsock.bind(("::" if _family(dst) == socket.AF_INET6 else "0.0.0.0", port))
+    lsock.listen(1)
+    counted = {"bytes": 0, "start": 0.0, "end": 0.0}
+    deadline = time.monotonic() + warmup + seconds
+
+    def receive() -> None:
+        conn, _ = lsock.accept()
+        with conn:
+            conn.settimeout(seconds + warmup + 5)
+            t_warm = time.monotonic() + warmup
+            while True:
+                try:
+                    chunk = conn.recv(1 << 16)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                now = time.monotonic()
+                if now >= t_warm:
+                    if not counted["start"]:
+                        counted["start"] = now
+                    counted["bytes"] += len(chunk)
+                    counted["end"] = now
+
+    t = threading.Thread(target=receive, daemon=True)
+    t.start()
+    with sender.entered():
+        csock = socket.socket(_family(dst), socket.SOCK_STREAM)
+    block = b"\0" * (1 << 16)
+    try:
+        csock.settimeout(5)
+        csock.connect((dst, port))
+        while time.monotonic() < deadline:
+            try:
+                csock.send(block)
+            except TimeoutError:
+                continue
+    finally:
+        csock.close()
+        t.join(10)
+        lsock.close()
+    duration = max(counted["end"] - counted["start"], 1e-6)
+    return Throughput(counted["bytes"] * 8 / duration, int(counted["bytes"]), duration)

@@ -1,0 +1,1 @@
+"""The tuning CNI meta-plugin."""
