@@ -1,9 +1,9 @@
 """Reading JSON objects the way Go's encoding/json does.
 
 Runtimes written in Go decode config keys case-insensitively, and some send them
-capitalised ("HostPort", "IngressRate"). An exact match wins; otherwise the first key that
-matches ignoring case. Unknown keys are ignored. Type errors become CNI error 7 naming the
-field's path, so the user knows what to fix.
+capitalised ("HostPort", "IngressRate"). Keys match ignoring case; when several do, the last
+one in the document wins, as in Go. Unknown keys are ignored. Type errors become CNI error 7
+naming the field's path, so the user knows what to fix.
 """
 
 from __future__ import annotations
@@ -35,14 +35,17 @@ def _type_name(value: object) -> str:
 
 
 def ci_key(obj: Mapping[str, Any], key: str) -> str | None:
-    """The key of obj that Go would bind to `key`, or None."""
-    if key in obj:
-        return key
+    """The key of obj whose value Go would bind to `key`, or None.
+
+    Go assigns every incoming key that matches the field ignoring case, in document order,
+    so when a config carries both "hostPort" and "HostPort" the last one wins.
+    """
     folded = key.casefold()
+    found = None
     for k in obj:
-        if k.casefold() == folded:
-            return k
-    return None
+        if k == key or k.casefold() == folded:
+            found = k
+    return found
 
 
 def ci_get(obj: Mapping[str, Any], key: str, default: Any = None) -> Any:

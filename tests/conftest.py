@@ -15,12 +15,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from tests.harness import netns as nslib
 from tests.harness.netns import Netns
 from tests.harness.plugins import Chain
 
 IS_ROOT = os.geteuid() == 0
+
+# The machines are shared and noisy: generation speed and per-example time are not what
+# the property tests are about.
+settings.register_profile(
+    "default", deadline=None, suppress_health_check=[HealthCheck.too_slow], print_blob=True
+)
+settings.register_profile(
+    "fuzz", deadline=None, suppress_health_check=[HealthCheck.too_slow], max_examples=10_000
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -1,0 +1,208 @@
+"""Unit tests of common/ that need no root: env, JSON reading, config, state, chain flags."""
+
+from __future__ import annotations
+
+import os
+import stat
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from common import chain
+from common.config import decode, parse_netconf
+from common.env import parse_cni_args, read_invocation
+from common.errors import CniError
+from common.gc import AttachmentId, valid_attachments
+from common.jsonobj import JsonObject
+from common.state import StateDir
+
+
+def code_of(fn, *args, **kw) -> int:  # type: ignore[no-untyped-def]
+    with pytest.raises(CniError) as e:
+        fn(*args, **kw)
+    return e.value.code
+
+
+def test_cni_args_parsing_keeps_values_with_equals() -> None:
+    assert parse_cni_args("IgnoreUnknown=1;K8S_POD_NAME=web;X=a=b;") == {
+        "IgnoreUnknown": "1",
+        "K8S_POD_NAME": "web",
+        "X": "a=b",
+    }
+
+
+def test_version_needs_only_the_command() -> None:
+    assert read_invocation({"CNI_COMMAND": "VERSION"}).command == "VERSION"
+
+
+def test_del_without_netns_is_fine() -> None:
+    inv = read_invocation(
+        {"CNI_COMMAND": "DEL", "CNI_CONTAINERID": "c", "CNI_IFNAME": "eth0", "CNI_PATH": "/a:/b"}
+    )
+    assert inv.netns == "" and inv.path == ("/a", "/b")
+
+
+def test_del_with_vanished_netns_is_fine() -> None:
+    env = {
+        "CNI_COMMAND": "DEL",
+        "CNI_CONTAINERID": "c",
+        "CNI_IFNAME": "eth0",
+        "CNI_PATH": "/x",
+        "CNI_NETNS": "/run/netns/cmpt-gone-forever",
+    }
+    assert read_invocation(env).netns.endswith("gone-forever")
+
+
+def test_json_keys_are_case_insensitive_and_last_duplicate_wins_like_go() -> None:
+    obj = JsonObject({"HostPort": 1, "hostport": 2, "Protocol": "TCP"}, "m")
+    assert obj.integer("hostPort") == 2
+    assert JsonObject({"hostport": 2, "HostPort": 1}).integer("hostPort") == 1
+    assert obj.string("protocol") == "TCP"
+
+
+def test_json_types_are_strict_and_errors_name_the_path() -> None:
+    obj = JsonObject({"port": True, "n": "80", "big": 70000}, "runtimeConfig.portMappings[3]")
+    with pytest.raises(CniError) as e:
+        obj.integer("port")
+    assert e.value.code == 7 and "runtimeConfig.portMappings[3].port" in e.value.msg
+    assert code_of(obj.integer, "n") == 7
+    with pytest.raises(CniError) as e:
+        obj.integer("big", maximum=65535)
+    assert "at most 65535" in e.value.msg
+
+
+def test_null_counts_as_absent() -> None:
+    assert JsonObject({"x": None}).integer("x", 5) == 5
+
+
+def test_missing_version_means_0_1_0() -> None:
+    assert parse_netconf({"name": "n"}).cni_version == "0.1.0"
+
+
+def test_decode_errors_are_code_6() -> None:
+    assert code_of(decode, b"{") == 6
+    assert code_of(decode, b"null") == 6
+
+
+def test_netconf_exposes_runtime_config_and_args_cni() -> None:
+    conf = parse_netconf(
+        {
+            "cniVersion": "1.0.0",
+            "name": "n",
+            "RuntimeConfig": {"portMappings": []},
+            "args": {"cni": {"mac": "x"}},
+        }
+    )
+    assert conf.runtime_config.array("portMappings") == []
+    assert conf.cni_args_object.string("mac") == "x"
+
+
+def test_valid_attachments_parse_and_legacy_key() -> None:
+    body = JsonObject({"cni.dev/valid-attachments": [{"containerID": "a", "ifname": "eth0"}]})
+    assert valid_attachments(body) == {AttachmentId("a", "eth0")}
+    legacy = JsonObject({"cni.dev/attachments": [{"containerID": "b", "ifname": "net1"}]})
+    assert valid_attachments(legacy) == {AttachmentId("b", "net1")}
+    assert valid_attachments(JsonObject({})) == set()
+    assert (
+        code_of(
+            valid_attachments, JsonObject({"cni.dev/valid-attachments": [{"containerID": "a"}]})
+        )
+        == 7
+    )
+
+
+def test_state_files_are_private_and_atomic(tmp_path: Path) -> None:
+    sd = StateDir(str(tmp_path / "plugin"))
+    sd.write_json("a.json", {"x": 1})
+    assert sd.read_json("a.json") == {"x": 1}
+    assert stat.S_IMODE(os.stat(sd.directory).st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(sd.path("a.json")).st_mode) == 0o600
+    assert [n for n in os.listdir(sd.directory) if ".tmp." in n] == []
+    sd.remove("a.json")
+    sd.remove("a.json")  # removing twice is fine
+    assert sd.read_json("a.json") is None
+
+
+def test_lock_that_stays_taken_is_error_11(tmp_path: Path) -> None:
+    sd = StateDir(str(tmp_path / "plugin"))
+    held = threading.Event()
+    release = threading.Event()
+
+    def holder() -> None:
+        # flock locks belong to the open file description: a second open in this process
+        # conflicts just like another process would.
+        with sd.lock():
+            held.set()
+            release.wait(5)
+
+    t = threading.Thread(target=holder)
+    t.start()
+    held.wait(5)
+    start = time.monotonic()
+    with pytest.raises(CniError) as e, sd.lock(timeout=0.2):
+        pass
+    assert e.value.code == 11
+    assert time.monotonic() - start < 3
+    release.set()
+    t.join()
+    with sd.lock(timeout=1):
+        pass
+
+
+@pytest.mark.parametrize(
+    ("spec", "want"),
+    [
+        ("8080:80", {"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}),
+        ("8053:53/UDP", {"hostPort": 8053, "containerPort": 53, "protocol": "udp"}),
+        (
+            "127.0.0.1:8080:80/tcp",
+            {"hostPort": 8080, "containerPort": 80, "protocol": "tcp", "hostIP": "127.0.0.1"},
+        ),
+        (
+            "[::1]:8080:80",
+            {"hostPort": 8080, "containerPort": 80, "protocol": "tcp", "hostIP": "::1"},
+        ),
+        (
+            "9000-9002:9000",
+            {"hostPort": 9000, "containerPort": 9000, "protocol": "tcp", "range": 3},
+        ),
+    ],
+)
+def test_chain_port_flag(spec: str, want: dict[str, object]) -> None:
+    assert chain.parse_port(spec) == want
+
+
+@pytest.mark.parametrize(
+    ("text", "bits"), [("1500000", 1_500_000), ("800k", 800_000), ("10mbit", 10**7), ("1g", 10**9)]
+)
+def test_chain_rate_units(text: str, bits: int) -> None:
+    assert chain.parse_rate(text) == bits
+
+
+def test_chain_bandwidth_flag_fills_bursts() -> None:
+    bw = chain.parse_bandwidth("ingressRate=10mbit,egressRate=1mbit,egressBurst=100k")
+    assert bw == {
+        "ingressRate": 10**7,
+        "ingressBurst": 262144,
+        "egressRate": 10**6,
+        "egressBurst": 100_000,
+    }
+    with pytest.raises(chain.ChainError):
+        chain.parse_bandwidth("sideways=1")
+
+
+def test_chain_injects_runtime_config_only_for_declared_capabilities() -> None:
+    cl = chain.ConfList.from_json({"cniVersion": "1.0.0", "name": "n", "plugins": [{"type": "a"}]})
+    rt = chain.Runtime("c", "/n", capability_args={"portMappings": [1], "mac": "m"})
+    conf = chain.plugin_config(
+        cl, {"type": "p", "capabilities": {"portMappings": True, "mac": False}}, rt, {"x": 1}
+    )
+    assert conf["runtimeConfig"] == {"portMappings": [1]}
+    assert conf["name"] == "n" and conf["cniVersion"] == "1.0.0" and conf["prevResult"] == {"x": 1}
+
+
+def test_chain_refuses_lists_without_plugins() -> None:
+    with pytest.raises(chain.ChainError):
+        chain.ConfList.from_json({"name": "n", "plugins": []})
