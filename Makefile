@@ -26,7 +26,7 @@ apt:
 $(VENV)/.installed: pyproject.toml | apt
 	test -x $(PY) || $(PYTHON_BASE) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip setuptools wheel
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[test]' --config-settings editable_mode=compat
 	touch $@
 
 venv: $(VENV)/.installed

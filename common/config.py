@@ -14,7 +14,7 @@ from common.result import Result
 
 # Bounded input: a runtime never sends megabytes; a config that large is a mistake or an
 # attack, and reading it whole would cost the node memory and time.
-MAX_STDIN_BYTES = 1 << 20
+MAX_STDIN_BYTES = 1 << 20  # common.skel reads at most this (+1) from stdin
 _NETWORK_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.\-]*")
 
 

@@ -12,26 +12,44 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import IO, Any
 
 from common import versions
-from common.config import MAX_STDIN_BYTES, NetConf, decode, parse_netconf
-from common.env import Invocation, read_invocation
 from common.errors import INTERNAL, CniError
 from common.log import LOG_ENV, Log
-from common.result import Result
+
+# `typing` costs several ms to import; type checkers treat this name as true whatever its
+# value, so the annotations below are checked without the runtime paying for them.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from typing import IO, Any
+
+    from common.config import NetConf
+    from common.env import Invocation
+    from common.result import Result
+
+    AddFn = Callable[["Request"], "Result | None"]
+    VerbFn = Callable[["Request"], None]
+
+# Must match common.config.MAX_STDIN_BYTES; kept here so VERSION imports nothing more.
+MAX_STDIN_BYTES = 1 << 20
 
 
-@dataclass(frozen=True)
+# Request and Plugin are plain classes rather than dataclasses: `dataclasses` imports
+# `inspect` (~6 ms), and VERSION - which podman sends for every plugin of every list on
+# every command - should pay for as little as possible.
 class Request:
     """Everything a verb needs: the environment, the parsed config and a logger."""
 
-    env: Invocation
-    conf: NetConf
-    log: Log
-    environ: Mapping[str, str] = field(default_factory=dict)
+    __slots__ = ("conf", "env", "environ", "log")
+
+    def __init__(
+        self, env: Invocation, conf: NetConf, log: Log, environ: Mapping[str, str] | None = None
+    ) -> None:
+        self.env = env
+        self.conf = conf
+        self.log = log
+        self.environ: Mapping[str, str] = environ if environ is not None else {}
 
     @property
     def network(self) -> str:
@@ -50,28 +68,35 @@ class Request:
         return self.env.netns
 
 
-AddFn = Callable[[Request], "Result | None"]
-VerbFn = Callable[[Request], None]
-
-
 def _no_op(_: Request) -> None:
     return None
 
 
-@dataclass(frozen=True)
 class Plugin:
     """A plugin's table of contents: which function handles which verb.
 
     `add` returns the result to print, or None to pass prevResult through unchanged.
     """
 
-    name: str
-    add: AddFn
-    delete: VerbFn
-    check: VerbFn
-    gc: VerbFn = _no_op
-    status: VerbFn = _no_op
-    version: str = "0.1.0"
+    __slots__ = ("add", "check", "delete", "gc", "name", "status", "version")
+
+    def __init__(
+        self,
+        name: str,
+        add: AddFn,
+        delete: VerbFn,
+        check: VerbFn,
+        gc: VerbFn = _no_op,
+        status: VerbFn = _no_op,
+        version: str = "0.1.0",
+    ) -> None:
+        self.name = name
+        self.add = add
+        self.delete = delete
+        self.check = check
+        self.gc = gc
+        self.status = status
+        self.version = version
 
     def banner(self) -> str:
         return (
@@ -157,6 +182,9 @@ def run(
     error_version = _best_effort_version(data)
     log = _make_log(plugin.name, None, env)
     try:
+        from common.config import decode, parse_netconf
+        from common.env import read_invocation
+
         invocation = read_invocation(env)
         raw = decode(data)
         log = _make_log(plugin.name, raw, env)
@@ -189,6 +217,8 @@ def _dispatch(plugin: Plugin, request: Request) -> Result | None:
     if command == "ADD":
         result = plugin.add(request)
         if result is None:
+            from common.result import Result
+
             result = request.conf.prev_result or Result()
         return result
     if command == "DEL":

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from common.result import Result
 from common.skel import Plugin, Request
 from common.skel import main as run_plugin
+
+TYPE_CHECKING = False  # avoids importing typing at runtime
+if TYPE_CHECKING:
+    from common.result import Result
 
 
 def add(request: Request) -> Result | None:
