@@ -170,6 +170,26 @@ def exec_plugin(
     return out if isinstance(out, dict) else None
 
 
+def retyped(result: dict[str, Any] | None, list_version: str) -> dict[str, Any] | None:
+    """A plugin's result as libcni passes it on: parsed in its own version, re-marshalled.
+
+    libcni decodes each result into its version's types and encodes it again for the next
+    plugin; doing the same keeps what the plugins see identical (e.g. "dns": {} appears).
+    """
+    if result is None:
+        return None
+    from common.errors import CniError
+    from common.result import Result
+
+    version = result.get("cniVersion")
+    if not isinstance(version, str) or version not in versions.SUPPORTED_VERSIONS:
+        version = list_version
+    try:
+        return Result.from_json(result, version).to_json(version)
+    except CniError as e:
+        raise ChainError(f"a plugin returned a result that is not valid {version}: {e}") from None
+
+
 def _cache_file(conflist: ConfList, rt: Runtime) -> str:
     return os.path.join(rt.cache_dir, f"{conflist.name}-{rt.container_id}-{rt.ifname}")
 
@@ -186,7 +206,8 @@ def _read_cache(conflist: ConfList, rt: Runtime) -> dict[str, Any] | None:
 def add(conflist: ConfList, rt: Runtime) -> dict[str, Any] | None:
     result: dict[str, Any] | None = None
     for i, plugin in enumerate(conflist.plugins):
-        result = exec_plugin("ADD", plugin_config(conflist, plugin, rt, result), rt, index=i)
+        out = exec_plugin("ADD", plugin_config(conflist, plugin, rt, result), rt, index=i)
+        result = retyped(out, conflist.cni_version)
     os.makedirs(rt.cache_dir, mode=0o700, exist_ok=True)
     cache = {
         "kind": "cniChainCacheV1",

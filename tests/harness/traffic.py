@@ -53,6 +53,8 @@ class EchoServer:
                 data, peer = self.sock.recvfrom(65536)
             except OSError:
                 return
+            if peer is None:  # shutdown() wakes recvfrom with no datagram
+                return
             self.peers.append(peer[0])
             with suppress(OSError):
                 self.sock.sendto(self.tag + b":" + data, peer)
