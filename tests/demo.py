@@ -84,15 +84,18 @@ def curl(ns: nslib.Netns, url: str) -> str:
 
 
 def main() -> int:
-    with tempfile.TemporaryDirectory(prefix="cni-demo-") as tmp, nslib.namespaces(
-        "dhost", "dctr", "dclient"
-    ) as (host, ctr, client):
+    with (
+        tempfile.TemporaryDirectory(prefix="cni-demo-") as tmp,
+        nslib.namespaces("dhost", "dctr", "dclient") as (host, ctr, client),
+    ):
         work = Path(tmp)
         env = {"CNI_META_STATE_ROOT": str(work / "state"), "CNI_META_LOG_FILE": str(work / "log")}
         chain = Chain(host, work, env=env)
         step("namespaces: host (runs the plugins), container, client (another machine)")
         host.sysctl("net.ipv4.ip_forward", "1")
-        host.ip("link", "add", "uplink", "type", "veth", "peer", "name", "eth0", "netns", client.name)
+        host.ip(
+            "link", "add", "uplink", "type", "veth", "peer", "name", "eth0", "netns", client.name
+        )
         host.ip("addr", "add", f"{UPLINK_HOST}/24", "dev", "uplink")
         host.ip("link", "set", "uplink", "up")
         client.ip("addr", "add", f"{UPLINK_CLIENT}/24", "dev", "eth0")
