@@ -53,7 +53,7 @@ def show(argv: list[str], netns: nslib.Netns | None = None) -> str:
 
 def http_server(ctr: nslib.Netns) -> http.server.HTTPServer:
     class Hello(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - the http.server API
+        def do_GET(self) -> None:  # the name is http.server's API
             body = f"hello from the container, you are {self.client_address[0]}\n".encode()
             self.send_response(200)
             self.send_header("Content-Length", str(len(body)))
