@@ -72,12 +72,9 @@ def host_untouched() -> Iterator[None]:
     yield
     after = _host_snapshot()
     changed = {k: (before[k], after[k]) for k in before if before[k] != after[k]}
-    leftovers = nslib.leftover_namespaces()
-    # Under xdist another worker may still be running: only namespaces are per-test unique,
-    # so only a worker-less run (or the last one) can judge those strictly.
+    leftovers = nslib.leftover_namespaces()  # each xdist worker judges its own
     assert not changed, f"tests changed the machine's own namespace/state: {changed}"
-    if os.environ.get("PYTEST_XDIST_WORKER") is None:
-        assert not leftovers, f"tests left network namespaces behind: {leftovers}"
+    assert not leftovers, f"tests left network namespaces behind: {leftovers}"
 
 
 @dataclass

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from common.netns import entered
 
 PREFIX = "cmpt"  # every namespace a test makes starts with this
+_created: set[str] = set()  # by this process: what the leak check holds it to
 
 
 def sh(*argv: str, check: bool = True, netns: str | None = None) -> str:
@@ -60,6 +61,7 @@ class Netns:
 def create(role: str) -> Netns:
     ns = Netns(f"{PREFIX}-{role}-{uuid.uuid4().hex[:10]}")
     sh("ip", "netns", "add", ns.name)
+    _created.add(ns.name)
     ns.ip("link", "set", "lo", "up")
     return ns
 
@@ -82,5 +84,5 @@ def namespaces(*roles: str) -> Iterator[list[Netns]]:
 
 
 def leftover_namespaces() -> list[str]:
-    out = sh("ip", "netns", "list", check=False)
-    return [line.split()[0] for line in out.splitlines() if line.startswith(PREFIX + "-")]
+    """Namespaces this process created that still exist."""
+    return sorted(name for name in _created if os.path.exists(f"/run/netns/{name}"))
