@@ -1,0 +1,263 @@
+"""The only part of tuning that talks to the kernel. Call everything here from inside
+``common.netns.entered(container netns)``:
+
+* sysctls are files under /proc/sys/net, and which namespace's settings a file shows is
+  decided by the namespace of the thread that *opens* it, so they must be opened inside;
+* links go through pyroute2, imported only when a link attribute is set (the import costs
+  ~0.1 s, more than everything else together) and its socket is opened inside the block,
+  which is cheaper than IPRoute(netns=...) forking a helper.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+from common.errors import KERNEL_FAILURE, CniError, invalid_config
+from tuning.backup import Backup, originals
+from tuning.config import LinkSettings
+from tuning.plan import LinkState, Plan, SysctlWrite
+
+PROC_SYS = "/proc/sys"
+IFF_PROMISC = 0x100
+IFF_ALLMULTI = 0x200
+# Errors that mean "this value or key is wrong", as opposed to "the kernel failed".
+_CONFIG_ERRNOS = frozenset({errno.EINVAL, errno.ERANGE, errno.EADDRNOTAVAIL, errno.EACCES})
+
+
+# ---------------------------------------------------------------------------- sysctls
+
+
+def resolve_sysctl(path: str, root: str = PROC_SYS) -> str:
+    """The file for `path` (relative to root), refused unless it really is under root/net/.
+
+    Config keys were already checked for '..' and absolute spellings; this is the last
+    line for anything that reaches a file: a backup file edited by hand, and a symlink
+    inside /proc/sys that would lead elsewhere (realpath follows it before we compare).
+    """
+    parts = path.split("/")
+    if path.startswith("/") or any(p in ("", ".", "..") for p in parts) or parts[0] != "net":
+        raise invalid_config(f"refusing sysctl path {path[:120]!r}: not below {root}/net")
+    real = os.path.realpath(os.path.join(root, path))
+    net_root = os.path.join(os.path.realpath(root), "net") + os.sep
+    if not real.startswith(net_root):
+        raise invalid_config(
+            f"refusing sysctl {path[:120]!r}: it resolves to {real[:120]}, outside {net_root}"
+        )
+    return real
+
+
+def _sysctl_error(what: str, e: OSError, ifname: str) -> CniError:
+    if e.errno == errno.ENOENT:
+        return invalid_config(
+            f"{what} does not exist in the container's network namespace",
+            f"check the key; IFNAME stands for {ifname}, and some keys exist only in the "
+            "host's namespace",
+        )
+    if e.errno in _CONFIG_ERRNOS:
+        return invalid_config(f"the kernel refused {what}: {e.strerror}")
+    return CniError(KERNEL_FAILURE, f"cannot access {what}", str(e))
+
+
+def read_sysctl(file: str) -> str:
+    with open(file, "rb") as f:
+        return f.read().decode("utf-8", "replace").rstrip("\n")
+
+
+def write_sysctl(file: str, value: str) -> None:
+    # One write(2) for the whole value: a sysctl handler parses what a single write gives it.
+    fd = os.open(file, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.write(fd, value.encode())
+    finally:
+        os.close(fd)
+
+
+def read_sysctls(
+    writes: tuple[SysctlWrite, ...], ifname: str, *, missing_ok: bool
+) -> dict[str, str | None]:
+    """{path: live value} for every key, resolving (and so refusing) every path first.
+
+    None is a sysctl that exists but cannot be read: write-only ones such as
+    net.ipv4.route.flush (mode 0200), or net.ipv6.conf.*.stable_secret before it is set
+    (EIO). There is no original to save for those, and nothing to compare.
+    """
+    files = [(w, resolve_sysctl(w.path)) for w in writes]
+    out: dict[str, str | None] = {}
+    for w, file in files:
+        try:
+            out[w.path] = read_sysctl(file)
+        except OSError as e:
+            if e.errno == errno.ENOENT and missing_ok:
+                continue
+            if e.errno in (errno.EACCES, errno.EPERM, errno.EIO):
+                out[w.path] = None
+                continue
+            raise _sysctl_error(f"sysctl {w.key} (/proc/sys/{w.path})", e, ifname) from None
+    return out
+
+
+# ---------------------------------------------------------------------------- links
+
+
+@dataclass(frozen=True)
+class Observed:
+    """The live state of what a plan changes, read before changing anything."""
+
+    link: LinkState | None
+    sysctls: dict[str, str | None]
+
+
+class Links:
+    """A netlink socket in the entered namespace, opened on first use."""
+
+    def __init__(self) -> None:
+        self._ipr: Any = None
+
+    def __enter__(self) -> Links:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._ipr is not None:
+            self._ipr.close()
+            self._ipr = None
+
+    def _socket(self) -> Any:
+        if self._ipr is None:
+            from pyroute2 import IPRoute
+
+            self._ipr = IPRoute()
+        return self._ipr
+
+    def observe(self, ifname: str) -> LinkState | None:
+        """The interface's attributes, or None when there is no such interface."""
+        from pyroute2.netlink.exceptions import NetlinkError
+
+        try:
+            msg = self._socket().link("get", ifname=ifname)[0]
+        except NetlinkError as e:
+            if e.code == errno.ENODEV:
+                return None
+            raise CniError(KERNEL_FAILURE, f"cannot read interface {ifname}", str(e)) from None
+        flags = int(msg["flags"])
+        return LinkState(
+            index=int(msg["index"]),
+            mac=str(msg.get("IFLA_ADDRESS") or ""),
+            mtu=int(msg.get("IFLA_MTU") or 0),
+            promisc=bool(flags & IFF_PROMISC),
+            allmulti=bool(flags & IFF_ALLMULTI),
+            tx_qlen=int(msg.get("IFLA_TXQLEN") or 0),
+            min_mtu=msg.get("IFLA_MIN_MTU"),
+            max_mtu=msg.get("IFLA_MAX_MTU"),
+        )
+
+    def change(self, ifname: str, index: int, want: LinkSettings) -> None:
+        """One RTM_SETLINK with every attribute to change."""
+        from pyroute2.netlink.exceptions import NetlinkError
+
+        attrs: dict[str, Any] = {}
+        if want.mac is not None:
+            attrs["address"] = want.mac
+        if want.mtu is not None:
+            attrs["mtu"] = want.mtu
+        if want.tx_qlen is not None:
+            attrs["txqlen"] = want.tx_qlen
+        flags = change = 0
+        for wanted, bit in ((want.promisc, IFF_PROMISC), (want.allmulti, IFF_ALLMULTI)):
+            if wanted is not None:
+                change |= bit
+                flags |= bit if wanted else 0
+        if change:
+            attrs["flags"], attrs["change"] = flags, change
+        if not attrs:
+            return
+        try:
+            self._socket().link("set", index=index, **attrs)
+        except NetlinkError as e:
+            what = f"the kernel refused to set {', '.join(sorted(attrs))} on {ifname}"
+            if e.code in _CONFIG_ERRNOS:
+                hint = os.strerror(e.code)
+                if "mtu" in attrs and e.code == errno.EINVAL:
+                    hint += f"; can {ifname} (and the device below it) take mtu {want.mtu}?"
+                raise invalid_config(what, hint) from None
+            raise CniError(KERNEL_FAILURE, what, os.strerror(e.code)) from None
+
+
+def check_link_fits(ifname: str, want: LinkSettings, link: LinkState) -> None:
+    """Refuse an MTU the device cannot take before anything is changed."""
+    if want.mtu is None:
+        return
+    if link.max_mtu and want.mtu > link.max_mtu:
+        raise invalid_config(f"mtu {want.mtu} is above the maximum of {ifname}: {link.max_mtu}")
+    if link.min_mtu and want.mtu < link.min_mtu:
+        raise invalid_config(f"mtu {want.mtu} is below the minimum of {ifname}: {link.min_mtu}")
+
+
+# ---------------------------------------------------------------------------- the verbs' steps
+
+
+def observe(plan: Plan, links: Links) -> Observed:
+    """Read (and so validate) everything the plan touches. Changes nothing."""
+    link = None
+    if not plan.link.empty:
+        link = links.observe(plan.ifname)
+        if link is None:
+            raise CniError(
+                KERNEL_FAILURE,
+                f"there is no interface {plan.ifname} in the container's network namespace",
+                "tuning changes an interface a previous plugin created; check the chain",
+            )
+        check_link_fits(plan.ifname, plan.link, link)
+    return Observed(link, read_sysctls(plan.sysctls, plan.ifname, missing_ok=False))
+
+
+def apply(plan: Plan, before: Observed, links: Links) -> None:
+    """Make the namespace match the plan; on failure put back what was already changed."""
+    done: list[SysctlWrite] = []
+    try:
+        if before.link is not None:
+            links.change(plan.ifname, before.link.index, plan.link)
+        for w in plan.sysctls:
+            try:
+                write_sysctl(resolve_sysctl(w.path), w.value)
+            except OSError as e:
+                what = f"value {w.value!r} for sysctl {w.key}"
+                raise _sysctl_error(what, e, plan.ifname) from None
+            done.append(w)
+    except CniError:
+        changed = {w.path: before.sysctls.get(w.path) for w in done}
+        restore(originals(plan, before.link, changed), plan.ifname, links)
+        raise
+
+
+def restore(backup: Backup, ifname: str, links: Links) -> list[str]:
+    """Put the originals back, in reverse order of change; what no longer exists (the
+    interface, a per-interface sysctl) is skipped. Returns the failures."""
+    failures = []
+    for path, value in reversed(backup.sysctls):
+        try:
+            write_sysctl(resolve_sysctl(path), value)
+        except FileNotFoundError:
+            continue
+        except (OSError, CniError) as e:
+            failures.append(f"sysctl {path.replace('/', '.')}: {e}")
+    if backup.has_link:
+        link = links.observe(ifname)
+        if link is not None:
+            original = LinkSettings(
+                mac=backup.mac,
+                mtu=backup.mtu,
+                promisc=backup.promisc,
+                allmulti=backup.allmulti,
+                tx_qlen=backup.tx_qlen,
+            )
+            try:
+                links.change(ifname, link.index, original)
+            except CniError as e:
+                failures.append(str(e))
+    return failures

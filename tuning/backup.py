@@ -1,0 +1,195 @@
+"""The originals of what ADD changed, kept until DEL puts them back.
+
+One file per attachment, ``<dataDir>/<containerID>_<ifName>.json`` like Go's tuning, in a
+format both read: Go's keys (``mac``, ``mtu``, ``promisc``, ``allmulti``, ``txQLen``) plus
+``sysctls`` (which Go never restores), and who owns the file (``network``,
+``containerID``, ``ifName``) for GC. So a container set up by Go's tuning is restored by
+this one, and the other way round for the link attributes.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from common.errors import IO_FAILURE, CniError
+from common.state import StateDir, safe_file_name
+from tuning.plan import LinkState, Plan
+
+TYPE_CHECKING = False  # avoids importing typing at runtime
+if TYPE_CHECKING:
+    from common.gc import AttachmentId
+
+LOCK_NAME = "tuning.lock"
+
+
+@dataclass
+class Backup:
+    """Original values; None (or absent from `sysctls`) means "not changed by us"."""
+
+    mac: str | None = None
+    mtu: int | None = None
+    promisc: bool | None = None
+    allmulti: bool | None = None
+    tx_qlen: int | None = None
+    # (path below /proc/sys, original value), in the order they were first changed
+    sysctls: list[tuple[str, str]] = field(default_factory=list)
+    network: str = ""
+    container_id: str = ""
+    ifname: str = ""
+
+    @property
+    def has_link(self) -> bool:
+        return any(
+            v is not None for v in (self.mac, self.mtu, self.promisc, self.allmulti, self.tx_qlen)
+        )
+
+    def keeping_older(self, older: Backup | None) -> Backup:
+        """This backup with `older`'s values where both have one: a second ADD must not
+        record the values the first ADD set as "originals"."""
+        if older is None:
+            return self
+        known = {path for path, _ in older.sysctls}
+        return Backup(
+            mac=older.mac if older.mac is not None else self.mac,
+            mtu=older.mtu if older.mtu is not None else self.mtu,
+            promisc=older.promisc if older.promisc is not None else self.promisc,
+            allmulti=older.allmulti if older.allmulti is not None else self.allmulti,
+            tx_qlen=older.tx_qlen if older.tx_qlen is not None else self.tx_qlen,
+            sysctls=older.sysctls + [(p, v) for p, v in self.sysctls if p not in known],
+            network=older.network or self.network,
+            container_id=older.container_id or self.container_id,
+            ifname=older.ifname or self.ifname,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in (
+            ("mac", self.mac),
+            ("mtu", self.mtu),
+            ("promisc", self.promisc),
+            ("allmulti", self.allmulti),
+            ("txQLen", self.tx_qlen),
+        ):
+            if value is not None:
+                out[key] = value
+        if self.sysctls:
+            out["sysctls"] = [{"path": p, "value": v} for p, v in self.sysctls]
+        out["network"] = self.network
+        out["containerID"] = self.container_id
+        out["ifName"] = self.ifname
+        return out
+
+    @classmethod
+    def from_json(cls, raw: Any) -> Backup:
+        """Tolerant: a file from Go's tuning or an older version of ours reads fine, and a
+        field of the wrong type is dropped rather than making DEL fail forever."""
+        if not isinstance(raw, dict):
+            return cls()
+
+        def typed(key: str, kind: type) -> Any:
+            value = raw.get(key)
+            if isinstance(value, bool) and kind is not bool:
+                return None
+            return value if isinstance(value, kind) else None
+
+        mtu = typed("mtu", int)
+        tx_qlen = typed("txQLen", int)
+        sysctls = []
+        for entry in raw.get("sysctls") or []:
+            if isinstance(entry, dict):
+                path, value = entry.get("path"), entry.get("value")
+                if isinstance(path, str) and isinstance(value, str):
+                    sysctls.append((path, value))
+        return cls(
+            mac=typed("mac", str) or None,
+            mtu=mtu if mtu else None,  # Go writes 0 for "not changed"
+            promisc=typed("promisc", bool),
+            allmulti=typed("allmulti", bool),
+            tx_qlen=tx_qlen if tx_qlen is not None and tx_qlen >= 0 else None,
+            sysctls=sysctls,
+            network=typed("network", str) or "",
+            container_id=typed("containerID", str) or "",
+            ifname=typed("ifName", str) or "",
+        )
+
+
+def originals(plan: Plan, link: LinkState | None, sysctls: Mapping[str, str | None]) -> Backup:
+    """The live values of exactly what `plan` is about to change. `sysctls` holds the values
+    read before the change; one absent or None (unreadable) has no original to save."""
+    want = plan.link
+    backup = Backup()
+    if link is not None:
+        backup.mac = link.mac if want.mac is not None else None
+        backup.mtu = link.mtu if want.mtu is not None else None
+        backup.promisc = link.promisc if want.promisc is not None else None
+        backup.allmulti = link.allmulti if want.allmulti is not None else None
+        backup.tx_qlen = link.tx_qlen if want.tx_qlen is not None else None
+    for w in plan.sysctls:
+        original = sysctls.get(w.path)
+        if original is not None:
+            backup.sysctls.append((w.path, original))
+    return backup
+
+
+class _DataDir(StateDir):
+    """A StateDir that never re-modes a directory it did not create: dataDir comes from
+    the config, and chmod 0700 on an existing /tmp or /run would break the node."""
+
+    def ensure(self) -> None:
+        try:
+            os.makedirs(self.directory, mode=0o700, exist_ok=True)
+        except OSError as e:
+            raise CniError(
+                IO_FAILURE, f"cannot create tuning dataDir {self.directory}", str(e)
+            ) from None
+
+
+class BackupStore:
+    def __init__(self, data_dir: str) -> None:
+        self.dir = _DataDir(data_dir)
+
+    @staticmethod
+    def file_name(container_id: str, ifname: str) -> str:
+        return safe_file_name(container_id, ifname) + ".json"
+
+    def path(self, container_id: str, ifname: str) -> str:
+        return self.dir.path(self.file_name(container_id, ifname))
+
+    def load(self, container_id: str, ifname: str) -> Backup | None:
+        raw = self.dir.read_json(self.file_name(container_id, ifname))
+        return None if raw is None else Backup.from_json(raw)
+
+    def save(self, container_id: str, ifname: str, backup: Backup) -> None:
+        self.dir.write_json(self.file_name(container_id, ifname), backup.to_json())
+
+    def remove(self, container_id: str, ifname: str) -> None:
+        self.dir.remove(self.file_name(container_id, ifname))
+
+    @contextmanager
+    def lock(self) -> Iterator[None]:
+        with self.dir.lock(LOCK_NAME):
+            yield
+
+    def stale(self, network: str, valid: set[AttachmentId]) -> list[str]:
+        """File names of this network's backups whose attachment is not in `valid`.
+
+        A file without an owner (written by Go's tuning) is never stale: the dataDir is
+        shared by every network, and its name alone cannot say which network it is for.
+        """
+        from common.gc import AttachmentId
+
+        out = []
+        for name in self.dir.names():
+            backup = Backup.from_json(self.dir.read_json(name))
+            if backup.network != network or not backup.container_id:
+                continue
+            if AttachmentId(backup.container_id, backup.ifname) not in valid:
+                out.append(name)
+        return out
+
+    def remove_file(self, name: str) -> None:
+        self.dir.remove(name)

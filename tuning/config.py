@@ -1,0 +1,311 @@
+"""The tuning configuration: parse, merge the four sources, validate. Pure (no kernel).
+
+Sources, lowest to highest precedence (as in Go's tuning):
+
+* the config's own keys: ``sysctl``, ``mac``, ``mtu``, ``promisc``, ``allmulti``, ``txQLen``;
+* ``CNI_ARGS`` ``MAC=`` (podman's ``--mac-address``);
+* ``runtimeConfig.mac`` (the ``mac`` capability);
+* ``args.cni`` (``mac``, ``sysctl``, ``mtu``, ``promisc``, ``allmulti``, ``txQLen``).
+
+Everything a user can get wrong is refused here with error 7 saying what to fix, before
+the container's namespace is touched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from common.config import NetConf
+from common.env import Invocation
+from common.errors import invalid_config
+from common.jsonobj import JsonObject, ci_get
+
+DEFAULT_DATA_DIR = "/run/cni/tuning"
+STATE_ROOT_ENV = "CNI_META_STATE_ROOT"  # when set, the default dataDir is <root>/tuning
+ALLOWLIST_PATH = "/etc/cni/tuning/allowlist.conf"
+ALLOWLIST_ENV = "CNI_TUNING_ALLOWLIST"  # overrides ALLOWLIST_PATH (tests, unusual installs)
+
+MTU_MIN = 68  # the IPv4 minimum (RFC 791); the kernel refuses less on Ethernet
+MTU_MAX = 65535
+TXQLEN_MAX = 0xFFFFFFFF  # IFLA_TXQLEN is a u32
+
+_HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
+MAC_EXAMPLE = "six hex bytes like 02:42:ac:11:00:02"
+
+
+@dataclass(frozen=True)
+class Sysctl:
+    key: str  # exactly as written, for messages and the allowlist
+    components: tuple[str, ...]  # of its path below /proc/sys; "IFNAME" still a placeholder
+    value: str
+
+
+@dataclass(frozen=True)
+class LinkSettings:
+    """Interface attributes to set; None means "leave it alone"."""
+
+    mac: str | None = None  # normalised: lower case, colon separated
+    mtu: int | None = None
+    promisc: bool | None = None
+    allmulti: bool | None = None
+    tx_qlen: int | None = None
+
+    @property
+    def empty(self) -> bool:
+        return all(
+            v is None for v in (self.mac, self.mtu, self.promisc, self.allmulti, self.tx_qlen)
+        )
+
+
+@dataclass(frozen=True)
+class TuningConf:
+    sysctls: tuple[Sysctl, ...]
+    link: LinkSettings
+    data_dir: str
+    allowlist_path: str
+
+
+# ---------------------------------------------------------------------------- MAC addresses
+
+
+def _mac_octets(text: str) -> list[int] | None:
+    """The six bytes of aa:bb:cc:dd:ee:ff, aa-bb-cc-dd-ee-ff or aabb.ccdd.eeff (the forms
+    Go's net.ParseMAC reads for 48-bit addresses), or None."""
+    if len(text) == 17 and text[2] in ":-":
+        groups = text.split(text[2])
+    elif len(text) == 14 and text[4] == "." and text[9] == ".":
+        groups = [g[i : i + 2] for g in text.split(".") for i in (0, 2)]
+    else:
+        return None
+    if len(groups) != 6 or any(len(g) != 2 or not set(g) <= _HEX_DIGITS for g in groups):
+        return None
+    return [int(g, 16) for g in groups]
+
+
+def parse_mac(text: str, source: str) -> str:
+    """A unicast, non-zero Ethernet address, normalised to aa:bb:cc:dd:ee:ff."""
+    octets = _mac_octets(text)
+    if octets is None:
+        raise invalid_config(f"{source}: {text[:40]!r} is not a MAC address", f"use {MAC_EXAMPLE}")
+    if not any(octets):
+        raise invalid_config(
+            f"{source}: {text} is the all-zero MAC address", f"use a real one: {MAC_EXAMPLE}"
+        )
+    if octets[0] & 1:
+        raise invalid_config(
+            f"{source}: {text} is a multicast MAC address (the first byte is odd)",
+            "an interface needs a unicast address; locally administered ones start with "
+            "x2, x6, xa or xe, e.g. 02:42:ac:11:00:02",
+        )
+    return ":".join(f"{o:02x}" for o in octets)
+
+
+# ---------------------------------------------------------------------------- sysctl keys
+
+
+def parse_sysctl_key(key: str, where: str) -> tuple[str, ...]:
+    """Split a key into /proc/sys path components, refusing anything that could leave net/.
+
+    Keys are dotted (net.ipv4.conf.IFNAME.rp_filter). As with sysctl(8), a key containing
+    '/' uses '/' as the separator and keeps dots literal (net/ipv4/conf/eth0.100/rp_filter),
+    which is how an interface name with a dot is spelled; IFNAME is substituted as a whole
+    component after splitting, so CNI_IFNAME=eth0.100 works in the dotted form too.
+    """
+    fix = "write a key relative to /proc/sys that starts with 'net.', like net.core.somaxconn"
+    if not key:
+        raise invalid_config(f"{where} has an empty key", fix)
+    if any(ch.isspace() or ch == "\0" for ch in key):
+        raise invalid_config(f"{where} key {key[:80]!r} contains white space", fix)
+    if key.startswith("/"):
+        raise invalid_config(f"{where} key {key[:80]!r} is an absolute path", fix)
+    components = tuple(key.split("/" if "/" in key else "."))
+    for c in components:
+        if c in ("", ".", ".."):
+            raise invalid_config(f"{where} key {key[:80]!r} has an empty, '.' or '..' part", fix)
+    if components[0] != "net" or len(components) < 2:
+        raise invalid_config(
+            f"{where} key {key[:80]!r} is not a network sysctl",
+            "tuning sets only keys under net. (/proc/sys/net), e.g. net.core.somaxconn",
+        )
+    return components
+
+
+def _sysctl_value(value: Any, where: str) -> str:
+    # Go's tuning wants strings; numbers are accepted too because writing 500 for
+    # somaxconn is an easy slip that has one obvious meaning.
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise invalid_config(f'{where} must be a string, like "1"')
+    text = str(value)
+    if any(ch in "\n\r\0" for ch in text):
+        raise invalid_config(
+            f"{where}: the value contains a newline",
+            "a newline would let one value write several settings; give a single line",
+        )
+    return text
+
+
+def _sysctl_map(obj: JsonObject | None, duplicates: list[str]) -> dict[tuple[str, ...], Sysctl]:
+    """One sysctl object -> {path components: setting}; two spellings of one path are an error."""
+    if obj is None:
+        return {}
+    if duplicates:
+        raise invalid_config(
+            f"{obj.where} key {duplicates[0]!r} is given more than once",
+            "give each key once",
+        )
+    out: dict[tuple[str, ...], Sysctl] = {}
+    for key, raw_value in obj.raw.items():
+        where = f"{obj.where}[{key!r}]"
+        components = parse_sysctl_key(key, obj.where)
+        value = _sysctl_value(raw_value, where)
+        earlier = out.get(components)
+        if earlier is not None:
+            raise invalid_config(
+                f"{obj.where} keys {earlier.key!r} and {key!r} name the same setting",
+                "give each key once",
+            )
+        out[components] = Sysctl(key, components, value)
+    return out
+
+
+# ---------------------------------------------------------------------------- duplicates
+
+
+class _PairsDict(dict[str, Any]):
+    """A decoded JSON object that remembers which of its keys appeared more than once."""
+
+    duplicates: list[str]
+
+
+def _pairs_hook(pairs: list[tuple[str, Any]]) -> _PairsDict:
+    obj = _PairsDict()
+    obj.duplicates = []
+    for k, v in pairs:
+        if k in obj:
+            obj.duplicates.append(k)
+        obj[k] = v
+    return obj
+
+
+def duplicated_sysctl_keys(stdin: bytes) -> dict[str, list[str]]:
+    """{"sysctl": [...], "args.cni.sysctl": [...]}: keys that appear twice in one object.
+
+    json.loads keeps only the last of two equal keys, so this needs the raw bytes. It runs
+    a second decode, only when the config mentions a sysctl at all.
+    """
+    if b"sysctl" not in stdin.lower():
+        return {}
+    try:
+        raw = json.loads(stdin, object_pairs_hook=_pairs_hook)
+    except (ValueError, RecursionError):
+        return {}  # skel reports the decoding error itself
+    if not isinstance(raw, dict):
+        return {}
+    args = ci_get(raw, "args")
+    cni = ci_get(args, "cni") if isinstance(args, dict) else None
+    found = {
+        "sysctl": ci_get(raw, "sysctl"),
+        "args.cni.sysctl": ci_get(cni, "sysctl") if isinstance(cni, dict) else None,
+    }
+    return {
+        where: obj.duplicates
+        for where, obj in found.items()
+        if isinstance(obj, _PairsDict) and obj.duplicates
+    }
+
+
+# ---------------------------------------------------------------------------- the whole config
+
+
+def _mtu(obj: JsonObject) -> int | None:
+    value = obj.integer("mtu")
+    if value is None or value == 0:  # Go's tuning: 0 means "not set"
+        return None
+    if not MTU_MIN <= value <= MTU_MAX:
+        raise invalid_config(
+            f"{obj.path('mtu')} is {value}: an MTU must be between {MTU_MIN} and {MTU_MAX}"
+        )
+    return int(value)
+
+
+def _tx_qlen(obj: JsonObject) -> int | None:
+    value = obj.integer("txQLen")
+    if value is not None and value < 0:
+        raise invalid_config(
+            f"{obj.path('txQLen')} is {value}: a transmit queue length cannot be negative",
+            "use 0 or more (1000 is the usual Ethernet default)",
+        )
+    if value is not None and value > TXQLEN_MAX:
+        raise invalid_config(f"{obj.path('txQLen')} is {value}: at most {TXQLEN_MAX}")
+    return None if value is None else int(value)
+
+
+def _mac(conf: NetConf, cni_args: Mapping[str, str]) -> str | None:
+    """The effective MAC: the highest-precedence source that gives a non-empty one."""
+    lowest_first = (
+        ("mac", conf.body.string("mac", "")),
+        ("CNI_ARGS MAC", _cni_args_mac(cni_args)),
+        ("runtimeConfig.mac", conf.runtime_config.string("mac", "")),
+        ("args.cni.mac", conf.cni_args_object.string("mac", "")),
+    )
+    for source, value in reversed(lowest_first):
+        if value:
+            return parse_mac(value, source)
+    return None
+
+
+def _cni_args_mac(cni_args: Mapping[str, str]) -> str:
+    for key, value in cni_args.items():
+        if key.upper() == "MAC":
+            return value
+    return ""
+
+
+def default_data_dir(environ: Mapping[str, str]) -> str:
+    root = environ.get(STATE_ROOT_ENV, "")
+    return os.path.join(root, "tuning") if root else DEFAULT_DATA_DIR
+
+
+def parse_data_dir(conf: NetConf, environ: Mapping[str, str]) -> str:
+    data_dir = conf.body.string("dataDir", "") or default_data_dir(environ)
+    if not os.path.isabs(data_dir) or "\0" in data_dir:
+        raise invalid_config(
+            f"dataDir {data_dir[:120]!r} is not an absolute path", "use e.g. /run/cni/tuning"
+        )
+    return os.path.normpath(data_dir)
+
+
+def parse(
+    conf: NetConf,
+    invocation: Invocation,
+    environ: Mapping[str, str],
+    duplicates: Mapping[str, list[str]] | None = None,
+) -> TuningConf:
+    """NetConf + CNI_ARGS (+ the duplicate-key scan of stdin) -> a validated TuningConf."""
+    dups = duplicates or {}
+    body, cni = conf.body, conf.cni_args_object
+    sysctls = _sysctl_map(body.child("sysctl"), dups.get("sysctl", []))
+    # args.cni overrides the config key by key, matching keys by the setting they name.
+    sysctls.update(_sysctl_map(cni.child("sysctl"), dups.get("args.cni.sysctl", [])))
+
+    def pick(read: Callable[[JsonObject], Any]) -> Any:
+        override = read(cni)
+        return override if override is not None else read(body)
+
+    link = LinkSettings(
+        mac=_mac(conf, invocation.cni_args),
+        mtu=pick(_mtu),
+        promisc=pick(lambda o: o.boolean("promisc")),
+        allmulti=pick(lambda o: o.boolean("allmulti")),
+        tx_qlen=pick(_tx_qlen),
+    )
+    return TuningConf(
+        sysctls=tuple(sysctls.values()),
+        link=link,
+        data_dir=parse_data_dir(conf, environ),
+        allowlist_path=environ.get(ALLOWLIST_ENV, "") or ALLOWLIST_PATH,
+    )

@@ -1,0 +1,144 @@
+"""tuning's verbs, each parse -> plan -> apply -> report.
+
+The backup file is read, written and removed under one lock per dataDir, held for the
+whole verb: an ADD and a DEL (or GC) of the same attachment never interleave.
+"""
+
+from __future__ import annotations
+
+import os
+
+from common.errors import (
+    CHECK_FAILED,
+    INVALID_NETNS,
+    KERNEL_FAILURE,
+    STATUS_UNAVAILABLE,
+    CniError,
+)
+from common.netns import entered
+from common.result import Result
+from common.skel import Request
+from tuning import allowlist, apply, config
+from tuning.backup import BackupStore, originals
+from tuning.plan import link_differences, make_plan, report, sysctl_differences
+
+
+def add(request: Request, stdin: bytes) -> Result:
+    duplicates = config.duplicated_sysctl_keys(stdin)
+    conf = config.parse(request.conf, request.env, request.environ, duplicates)
+    if conf.sysctls:
+        keys = [s.key for s in conf.sysctls]
+        allowlist.refuse_unlisted(allowlist.load(conf.allowlist_path), keys)
+    plan = make_plan(conf, request.ifname)
+    if plan.empty:
+        return report(request.conf.prev_result, plan)
+
+    store = BackupStore(conf.data_dir)
+    cid, ifname = request.container_id, request.ifname
+    with store.lock(), entered(request.netns), apply.Links() as links:
+        before = apply.observe(plan, links)
+        older = store.load(cid, ifname)
+        backup = originals(plan, before.link, before.sysctls)
+        backup.network, backup.container_id, backup.ifname = request.network, cid, ifname
+        store.save(cid, ifname, backup.keeping_older(older))
+        try:
+            apply.apply(plan, before, links)
+        except CniError:
+            # apply() already put the namespace back; put the backup file back too.
+            if older is None:
+                store.remove(cid, ifname)
+            else:
+                store.save(cid, ifname, older)
+            raise
+    request.log.info(
+        f"set {len(plan.sysctls)} sysctl(s) and link {plan.link} on {ifname}; "
+        f"originals in {store.path(cid, ifname)}"
+    )
+    return report(request.conf.prev_result, plan)
+
+
+def delete(request: Request) -> None:
+    """Restore the originals and forget them. Succeeds when there is nothing to restore,
+    or nothing to restore it in (the namespace or the interface is gone)."""
+    store = BackupStore(config.parse_data_dir(request.conf, request.environ))
+    cid, ifname = request.container_id, request.ifname
+    if not os.path.exists(store.path(cid, ifname)):
+        return
+    with store.lock():
+        backup = store.load(cid, ifname)
+        if backup is None:
+            store.remove(cid, ifname)  # unreadable garbage: nothing we could restore
+            return
+        failures = []
+        if request.netns and os.path.exists(request.netns):
+            try:
+                with entered(request.netns), apply.Links() as links:
+                    failures = apply.restore(backup, ifname, links)
+            except CniError as e:
+                if e.code != INVALID_NETNS:  # the namespace vanished meanwhile: fine
+                    raise
+        if failures:
+            # Keep the file: the runtime retries DEL, and the originals are still needed.
+            raise CniError(
+                KERNEL_FAILURE,
+                f"could not restore {len(failures)} original value(s) on {ifname}",
+                "; ".join(failures),
+            )
+        store.remove(cid, ifname)
+    request.log.info(f"restored originals of {ifname} from {store.path(cid, ifname)}")
+
+
+def check(request: Request, stdin: bytes) -> None:
+    duplicates = config.duplicated_sysctl_keys(stdin)
+    conf = config.parse(request.conf, request.env, request.environ, duplicates)
+    plan = make_plan(conf, request.ifname)
+    if plan.empty:
+        return
+    with entered(request.netns), apply.Links() as links:
+        live = apply.read_sysctls(plan.sysctls, plan.ifname, missing_ok=True)
+        problems = sysctl_differences(plan, live)
+        if not plan.link.empty:
+            link = links.observe(plan.ifname)
+            if link is None:
+                problems.append(f"there is no interface {plan.ifname}")
+            else:
+                problems.extend(link_differences(plan.ifname, plan.link, link))
+    if problems:
+        raise CniError(
+            CHECK_FAILED, f"{plan.ifname} does not match the tuning config", "; ".join(problems)
+        )
+
+
+def gc(request: Request) -> None:
+    """Forget the backups of this network's attachments the runtime no longer knows."""
+    from common.gc import valid_attachments
+
+    data_dir = config.parse_data_dir(request.conf, request.environ)
+    valid = valid_attachments(request.conf.body)
+    if not os.path.isdir(data_dir):
+        return
+    store = BackupStore(data_dir)
+    with store.lock():
+        for name in store.stale(request.network, valid):
+            store.remove_file(name)
+            request.log.info(f"gc: removed {os.path.join(data_dir, name)}")
+
+
+def status(request: Request) -> None:
+    """Ready when the allowlist parses, dataDir can be written and pyroute2 is there."""
+    conf = config.parse(request.conf, request.env, request.environ)
+    try:
+        allowlist.load(conf.allowlist_path)
+    except CniError as e:
+        raise CniError(
+            STATUS_UNAVAILABLE, f"tuning cannot serve ADDs: {e.msg}", e.details
+        ) from None
+    existing = conf.data_dir
+    while not os.path.isdir(existing):
+        existing = os.path.dirname(existing)
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise CniError(STATUS_UNAVAILABLE, f"tuning cannot write its dataDir {conf.data_dir}")
+    import importlib.util
+
+    if importlib.util.find_spec("pyroute2") is None:
+        raise CniError(STATUS_UNAVAILABLE, "pyroute2 is not installed; tuning cannot set links")
