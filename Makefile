@@ -8,9 +8,13 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 APT_PACKAGES := iproute2 nftables iptables libnftables1 containernetworking-plugins \
-	gcc python3-dev python3-venv conntrack curl ca-certificates
+	gcc python3-dev python3-venv conntrack curl ca-certificates \
+	podman runc containerd golang-go golang-github-appc-cni-dev busybox-static
+CNI_BIN_DIR ?= /opt/cni/bin
+CNI_META_PREFIX ?= /opt/cni-meta-plugins
+INSTALL_APT := python3-venv python3-dev gcc libnftables1 iptables
 
-.PHONY: all deps apt venv lint test test-unit test-root demo bench clean
+.PHONY: all deps apt venv lint test test-unit test-runtimes demo bench install uninstall clean
 
 all: test
 
@@ -51,6 +55,19 @@ demo: deps
 bench: deps
 	$(PY) -m pip install -q -e '.[test,bench]'
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) bench/startup.py
+
+# README: `make install` (or `sudo deploy/install.sh`) puts portmap, bandwidth and tuning
+# into $(CNI_BIN_DIR), running from their own venv under $(CNI_META_PREFIX).
+install:
+	@$(MAKE) --no-print-directory apt APT_PACKAGES="$(INSTALL_APT)"
+	deploy/install.sh --python $(PYTHON_BASE) --bin-dir $(CNI_BIN_DIR) --prefix $(CNI_META_PREFIX)
+
+uninstall:
+	deploy/install.sh --uninstall --bin-dir $(CNI_BIN_DIR) --prefix $(CNI_META_PREFIX)
+
+# The runtime suites (podman, cnitool, containerd, install) also run in `make test`.
+test-runtimes: deps
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest tests/runtimes tests/test_install.py $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,79 @@
+"""Startup of the *installed* portmap (what a runtime execs) vs Go's: VERSION, medians.
+
+Installs with deploy/install.sh into a temporary bin dir, in the two shapes users get:
+the venv launcher (`make install`; here reusing the test venv) and the relocatable bundle
+(the Kubernetes DaemonSet). VERSION touches no network namespace at all.
+
+  python bench/installed_startup.py [--rounds N]   -> bench/results/installed_startup.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.util import exec_seconds, interleaved, machine_line, markdown_table, write_result
+
+REPO = Path(__file__).resolve().parents[1]
+VENV = Path(sys.executable).parent.parent
+GO_PORTMAP = "/usr/lib/cni/portmap"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=30)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        install = str(REPO / "deploy" / "install.sh")
+        subprocess.run(
+            [install, "-q", "--venv", str(VENV), "--bin-dir", f"{work}/venv-bin",
+             "--prefix", f"{work}/venv-prefix"],
+            check=True,
+        )  # fmt: skip
+        site = next((VENV / "lib").glob("python3*/site-packages"))
+        subprocess.run(
+            [str(REPO / "deploy" / "build-bundle.sh"), f"{work}/bundle", "--python",
+             "/usr/bin/python3", "--deps-from", str(site)],
+            check=True, capture_output=True,
+        )  # fmt: skip
+        subprocess.run(
+            [install, "-q", "--bundle", f"{work}/bundle", "--bin-dir", f"{work}/bundle-bin",
+             "--prefix", f"{work}/bundle-prefix"],
+            check=True,
+        )  # fmt: skip
+        stdin = json.dumps({"cniVersion": "1.0.0"}).encode()
+        env = {"CNI_COMMAND": "VERSION"}  # what a runtime may leave us: next to nothing
+        cases = {
+            "Go portmap": lambda: exec_seconds([GO_PORTMAP], env, stdin),
+            "ours, venv launcher (make install)": lambda: exec_seconds(
+                [f"{work}/venv-bin/portmap"], env, stdin
+            ),
+            "ours, bundle launcher (DaemonSet)": lambda: exec_seconds(
+                [f"{work}/bundle-bin/portmap"], env, stdin
+            ),
+        }
+        for fn in cases.values():
+            fn()
+        series = interleaved(cases, args.rounds)
+    go = series["Go portmap"].median_ms
+    rows = [(name, s.median_ms, s.median_ms / go) for name, s in series.items()]
+    text = (
+        "# Installed portmap: VERSION startup, ours vs Go\n\n"
+        f"{machine_line()}; {args.rounds} interleaved rounds, medians; empty environment.\n\n"
+        + markdown_table(("executable", "median ms", "ratio vs Go"), rows)
+        + "\n"
+    )
+    path = write_result("installed_startup.md", text)
+    print(text)
+    print(f"written to {path}")
+
+
+if __name__ == "__main__":
+    main()

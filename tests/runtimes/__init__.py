@@ -1,0 +1,1 @@
+"""Real runtimes (podman, libcni's cnitool, containerd CRI) driving our plugins and Go's."""
