@@ -1,28 +1,27 @@
-"""portmap: table of contents. Until its own issue lands this is a pass-through plugin."""
+"""portmap: table of contents.
+
+parse    portmap/config.py    options, PortMapping, validation (error 7)
+plan     portmap/plan.py      the attachment's forwards and masquerading, pure data
+apply    portmap/nft.py       nftables backend (default): map elements, one transaction
+         portmap/iptables.py  iptables backend (python-iptables, legacy xtables)
+extras   portmap/netlink.py   route_localnet's interface, UDP conntrack flush
+verbs    portmap/verbs.py     ADD, DEL, CHECK, GC, STATUS on top of the above
+"""
 
 from __future__ import annotations
 
-from common.skel import Plugin, Request
+from common.skel import Plugin
 from common.skel import main as run_plugin
+from portmap import verbs
 
-TYPE_CHECKING = False  # avoids importing typing at runtime
-if TYPE_CHECKING:
-    from common.result import Result
-
-
-def add(request: Request) -> Result | None:
-    return None  # pass prevResult through, in the config's cniVersion
-
-
-def delete(request: Request) -> None:
-    return None
-
-
-def check(request: Request) -> None:
-    return None
-
-
-PLUGIN = Plugin(name="portmap", add=add, delete=delete, check=check)
+PLUGIN = Plugin(
+    name="portmap",
+    add=verbs.add,
+    delete=verbs.delete,
+    check=verbs.check,
+    gc=verbs.gc,
+    status=verbs.status,
+)
 
 
 def main() -> None:

@@ -1,0 +1,82 @@
+"""Which backend serves a request, and the interface both backends implement."""
+
+from __future__ import annotations
+
+import os
+from typing import Protocol
+
+from common.errors import STATUS_UNAVAILABLE, CniError
+from common.log import Log
+from common.state import StateDir
+from portmap.config import Attachment, Options
+from portmap.plan import Plan
+
+UdpTargets = list[tuple[int, str | None, int]]  # (family, host address or None, port)
+
+
+class Backend(Protocol):
+    name: str
+
+    def add(self, plan: Plan) -> None: ...
+
+    def delete(self, att: Attachment, plan: Plan | None) -> UdpTargets: ...
+
+    def check(self, plan: Plan) -> None: ...
+
+    def gc(self, network_tag: str, valid_tags: set[str]) -> UdpTargets: ...
+
+    def status(self) -> None: ...
+
+
+def nftables_usable() -> bool:
+    """libnftables loads (the kernel side is proven by the first transaction)."""
+    import ctypes
+
+    try:
+        ctypes.CDLL("libnftables.so.1")
+    except OSError:
+        return False
+    return True
+
+
+def iptables_is_nft_variant() -> bool:
+    """Whether the `iptables` command on PATH is iptables-nft (Debian 12's default).
+
+    python-iptables drives libiptc, which writes the *legacy* xtables; iptables-nft does
+    not show those rules, so an operator running `iptables -t nat -L` sees nothing.
+    """
+    for d in [*os.environ.get("PATH", "").split(":"), "/usr/sbin", "/sbin"]:
+        path = os.path.join(d, "iptables")
+        if os.path.exists(path):
+            return "nft" in os.path.basename(os.path.realpath(path))
+    return False
+
+
+def make(name: str, sd: StateDir, log: Log) -> Backend:
+    if name == "iptables":
+        from portmap.iptables import IptablesBackend
+
+        if iptables_is_nft_variant():
+            log.warning(
+                "backend iptables writes the legacy xtables through libiptc, but `iptables` "
+                "here is iptables-nft: use iptables-legacy -t nat -S to see the rules"
+            )
+        return IptablesBackend(sd, log)
+    from portmap.nft import NftBackend
+
+    return NftBackend(sd, log)
+
+
+def resolve(options: Options) -> str:
+    """The configured backend, or for auto: nftables where libnftables works."""
+    if options.backend:
+        return options.backend
+    return "nftables" if nftables_usable() else "iptables"
+
+
+def choose(options: Options, sd: StateDir, log: Log) -> Backend:
+    return make(resolve(options), sd, log)
+
+
+def unavailable(what: str, details: str) -> CniError:
+    return CniError(STATUS_UNAVAILABLE, what, details)

@@ -1,0 +1,561 @@
+"""The iptables backend: the reference's rules, through python-iptables (libiptc).
+
+nat table, per family (iptables and ip6tables):
+
+    PREROUTING, OUTPUT  -m addrtype --dst-type LOCAL -j CNI-HOSTPORT-DNAT
+    CNI-HOSTPORT-DNAT   one jump per forward to the attachment's chain, commented with
+                        its owner; jumps for a specific hostIP are inserted first, the
+                        wildcard ones appended, so a specific address wins
+    CNI-DN-<hash>       per host port: [-s <subnet>|127.0.0.0/8 -j CNI-HOSTPORT-SETMARK]
+                        then -j DNAT --to-destination <container>:<port>
+    CNI-HOSTPORT-SETMARK  -j MARK --set-xmark <bit>/<bit>   (or externalSetMarkChain)
+    POSTROUTING         -j CNI-HOSTPORT-MASQ (first), which masquerades marked packets
+
+libiptc reads the whole table, we change it in memory and commit it in one replace per
+family: an ADD or DEL is atomic per table. Like the iptables command we hold
+/run/xtables.lock while doing so, plus our own lock for read-modify-write.
+
+libiptc writes the *legacy* xtables. Where `iptables` is iptables-nft (Debian 12's
+default) these rules exist and work but `iptables -t nat -S` does not show them: use
+`iptables-legacy -t nat -S`. The plugin logs a warning saying so.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from functools import partial
+from typing import Any
+
+from common.errors import (
+    CHECK_FAILED,
+    CONFLICT,
+    KERNEL_FAILURE,
+    STATUS_UNAVAILABLE,
+    CniError,
+)
+from common.log import Log
+from common.state import StateDir
+from portmap import state
+from portmap.backend import UdpTargets
+from portmap.config import Attachment
+from portmap.plan import MASQ_ALL, MASQ_NONE, FamilyPlan, Forward, Plan
+
+NAME = "iptables"
+TOP = "CNI-HOSTPORT-DNAT"
+SETMARK = "CNI-HOSTPORT-SETMARK"
+MASQ = "CNI-HOSTPORT-MASQ"
+LOCK = "iptables.lock"
+XTABLES_LOCK = os.environ.get("XTABLES_LOCKFILE", "/run/xtables.lock")
+COMMENT_PREFIX = "portmap "
+
+_iptc: Any = None
+
+
+def import_iptc() -> Any:
+    """python-iptables, imported the fast way (~50 ms instead of ~270 ms).
+
+    By default it imports setuptools' distutils shim and runs ldconfig/gcc to find
+    libraries; the stdlib distutils, known library directories and sonames avoid both.
+    """
+    global _iptc
+    if _iptc is not None:
+        return _iptc
+    import ctypes.util
+    import sysconfig
+    import warnings
+
+    multiarch = sysconfig.get_config_var("MULTIARCH") or ""
+    for d in (f"/usr/lib/{multiarch}/xtables", "/usr/lib64/xtables", "/usr/lib/xtables"):
+        if os.path.isdir(d):
+            os.environ.setdefault("XTABLES_LIBDIR", d)
+            break
+    os.environ.setdefault("SETUPTOOLS_USE_DISTUTILS", "stdlib")
+    sonames = {"c": "libc.so.6", "ip4tc": "libip4tc.so.2", "ip6tc": "libip6tc.so.2"}
+    original = ctypes.util.find_library
+
+    def find_library(name: str) -> str | None:
+        if name in sonames:
+            try:
+                ctypes.CDLL(sonames[name])
+                return sonames[name]
+            except OSError:
+                pass
+        return original(name)
+
+    ctypes.util.find_library = find_library
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            import iptc
+    except Exception as e:  # python-iptables raises plain Exceptions when libs are missing
+        raise CniError(STATUS_UNAVAILABLE, "python-iptables cannot be loaded", str(e)) from None
+    finally:
+        ctypes.util.find_library = original
+    _iptc = iptc
+    return iptc
+
+
+def in_family_process(family: int, op: Callable[[], Any]) -> Any:
+    """Run `op` for `family`: IPv4 in this process, IPv6 in a forked child.
+
+    libxtables registers an extension only for the family current when its shared object
+    is loaded, and DNAT/MASQUERADE share one object (libxt_NAT.so): once loaded for IPv4
+    in a process, they can never be found for IPv6 there (and a second init aborts the
+    process). So IPv6 work always runs first, in a child forked before this process has
+    loaded any extension; callers order their families (6, 4) for that reason.
+    """
+    if family == 4:
+        return op()
+    import_iptc()  # loads libxtables and libiptc only, no extension: the child stays clean
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: run, report as JSON, never return into the caller
+        os.close(read_fd)
+        try:
+            out: dict[str, Any] = {"ok": op()}
+        except CniError as e:
+            out = {"error": [e.code, e.msg, e.details]}
+        except BaseException as e:
+            out = {"error": [KERNEL_FAILURE, f"IPv{family} iptables failed", repr(e)]}
+        with os.fdopen(write_fd, "w") as f:
+            f.write(json.dumps(out))
+        os._exit(0)
+    os.close(write_fd)
+    with os.fdopen(read_fd) as f:
+        raw = f.read()
+    os.waitpid(pid, 0)
+    try:
+        answer = json.loads(raw)
+    except ValueError:
+        raise CniError(KERNEL_FAILURE, f"the IPv{family} iptables worker died") from None
+    if "error" in answer:
+        code, msg, details = answer["error"]
+        raise CniError(int(code), str(msg), str(details))
+    return answer["ok"]
+
+
+def chain_name(att: Attachment) -> str:
+    """CNI-DN- + 21 hex digits, like the reference (28 characters, iptables' limit)."""
+    return "CNI-DN-" + hashlib.sha512(att.tag.encode()).hexdigest()[:21]
+
+
+def _family_of(table: Any) -> int:
+    return 6 if table.__class__.__name__ == "Table6" else 4
+
+
+@contextmanager
+def xtables_lock() -> Iterator[None]:
+    """The lock the iptables commands take, so we never interleave with them."""
+    fd = os.open(XTABLES_LOCK, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+# ---------------------------------------------------------------------------- rule building
+
+
+class Rules:
+    """Builds python-iptables rules for one family."""
+
+    def __init__(self, iptc: Any, family: int) -> None:
+        self.iptc = iptc
+        self.family = family
+
+    def rule(self) -> Any:
+        return self.iptc.Rule6() if self.family == 6 else self.iptc.Rule()
+
+    def ports_rule(self, fw: Forward, port: str) -> Any:
+        r = self.rule()
+        r.protocol = fw.protocol
+        if fw.host_ip:
+            r.dst = fw.host_ip
+        m = r.create_match(fw.protocol)
+        m.dport = port
+        return r
+
+    def jump(self, fw: Forward, chain: str, comment: str, conditions: tuple[str, ...]) -> Any:
+        last = fw.host_port + fw.count - 1
+        r = self.ports_rule(fw, f"{fw.host_port}:{last}" if fw.count > 1 else str(fw.host_port))
+        apply_conditions(r, conditions)
+        r.create_match("comment").comment = comment
+        r.create_target(chain)
+        return r
+
+    def per_port(self, fp: FamilyPlan, fw: Forward, mark_chain: str) -> list[Any]:
+        out = []
+        any_src = "0.0.0.0/0" if self.family == 4 else "::/0"
+        for hp, cp in fw.ports():
+            if fp.masquerade != MASQ_NONE:
+                sources = [any_src] if fp.masquerade == MASQ_ALL else [fp.subnet_cidr]
+                if fp.localhost and fp.masquerade != MASQ_ALL:
+                    sources.append("127.0.0.0/8")
+                for src in sources:
+                    r = self.ports_rule(fw, str(hp))
+                    r.src = src
+                    r.create_target(mark_chain)
+                    out.append(r)
+            r = self.ports_rule(fw, str(hp))
+            target = r.create_target("DNAT")
+            ip = fp.container_ip if self.family == 4 else f"[{fp.container_ip}]"
+            target.to_destination = f"{ip}:{cp}"
+            out.append(r)
+        return out
+
+    def setmark(self, bit: int) -> Any:
+        r = self.rule()
+        r.create_match("comment").comment = "CNI portfwd masquerade mark"
+        r.create_target("MARK").set_xmark = f"{1 << bit:#x}/{1 << bit:#x}"
+        return r
+
+    def masq(self, bit: int) -> Any:
+        r = self.rule()
+        r.create_match("mark").mark = f"{1 << bit:#x}/{1 << bit:#x}"
+        r.create_target("MASQUERADE")
+        return r
+
+    def entry(self, target: str) -> Any:
+        r = self.rule()
+        if target == TOP:
+            r.create_match("addrtype").dst_type = "LOCAL"
+        else:
+            r.create_match("comment").comment = "CNI portfwd requiring masquerade"
+        r.create_target(target)
+        return r
+
+
+def apply_conditions(rule: Any, tokens: tuple[str, ...]) -> None:
+    """iptables argv conditions (`[!] -s/-d/-i/-o X`, `-p P`, `-m NAME [!] --opt V`)."""
+    i = 0
+    match = None
+    while i < len(tokens):
+        neg = tokens[i] == "!"
+        if neg:
+            i += 1
+        if i + 1 >= len(tokens) and not (i < len(tokens) and tokens[i] == "-m"):
+            raise CniError(7, f"incomplete iptables condition near {' '.join(tokens[i - 1 :])!r}")
+        opt = tokens[i]
+        value = tokens[i + 1] if i + 1 < len(tokens) else ""
+        prefix = "!" if neg else ""
+        try:
+            if opt in ("-s", "--source", "--src"):
+                rule.src = prefix + value
+            elif opt in ("-d", "--destination", "--dst"):
+                rule.dst = prefix + value
+            elif opt in ("-i", "--in-interface"):
+                rule.in_interface = prefix + value
+            elif opt in ("-o", "--out-interface"):
+                rule.out_interface = prefix + value
+            elif opt == "-m":
+                match = rule.create_match(value)
+            elif opt.startswith("--") and match is not None:
+                setattr(match, opt[2:].replace("-", "_"), prefix + value)
+            else:
+                raise ValueError(f"unsupported option {opt}")
+        except Exception as e:
+            raise CniError(
+                7, f"cannot use iptables condition {' '.join(tokens)!r}", str(e)
+            ) from None
+        i += 2
+
+
+def render(rule: Any) -> str:
+    """A canonical text of a rule, to compare what is live with what is wanted."""
+    parts = [str(rule.protocol), str(rule.src), str(rule.dst)]
+    parts += [str(rule.in_interface or ""), str(rule.out_interface or "")]
+    parts += [f"{m.name}{sorted(m.get_all_parameters().items())}" for m in rule.matches]
+    target = rule.target
+    parts.append(f"{target.name}{sorted(target.get_all_parameters().items())}")
+    return " ".join(parts)
+
+
+def comment_of(rule: Any) -> str:
+    for m in rule.matches:
+        if m.name == "comment":
+            values = m.get_all_parameters().get("comment", [""])
+            return str(values[0]).strip('"')
+    return ""
+
+
+def owner_tag(rule: Any) -> str:
+    comment = comment_of(rule)
+    if not comment.startswith(COMMENT_PREFIX):
+        return ""
+    return comment[len(COMMENT_PREFIX) :].split(" ", 1)[0]
+
+
+def dport_range(rule: Any) -> tuple[int, int] | None:
+    for m in rule.matches:
+        if m.name in ("tcp", "udp", "sctp"):
+            value = m.get_all_parameters().get("dport", [""])[0]
+            first, _, last = str(value).partition(":")
+            if first.isdigit():
+                return int(first), int(last or first)
+    return None
+
+
+def host_ip_of(rule: Any, family: int) -> str | None:
+    dst = str(rule.dst).split("/")[0]
+    if dst in ("0.0.0.0", "::"):  # noqa: S104
+        return None
+    import ipaddress
+
+    return ipaddress.ip_address(dst).compressed
+
+
+# ---------------------------------------------------------------------------- the backend
+
+
+class IptablesBackend:
+    name = NAME
+
+    def __init__(self, sd: StateDir, log: Log) -> None:
+        self.sd = sd
+        self.log = log
+
+    def _table(self, family: int) -> Any:
+        iptc = import_iptc()
+        try:
+            table = (
+                iptc.Table6(iptc.Table6.NAT, autocommit=False)
+                if family == 6
+                else iptc.Table(iptc.Table.NAT, autocommit=False)
+            )
+            table.autocommit = False
+            table.refresh()
+        except Exception as e:
+            raise CniError(
+                KERNEL_FAILURE, f"cannot open the IPv{family} nat table (libiptc)", str(e)
+            ) from None
+        return table
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        with self.sd.lock(LOCK), xtables_lock():
+            yield
+
+    @staticmethod
+    def _commit(table: Any, what: str) -> None:
+        try:
+            table.commit()
+        except Exception as e:
+            raise CniError(KERNEL_FAILURE, f"iptables refused to {what}", str(e)) from None
+
+    # -- helpers over one table ------------------------------------------------------------
+
+    def _ensure_chain(self, table: Any, name: str) -> Any:
+        if not table.is_chain(name):
+            table.create_chain(name)
+        return self._iptc().Chain(table, name)
+
+    def _iptc(self) -> Any:
+        return import_iptc()
+
+    def _ensure_rule(self, chain: Any, rule: Any, first: bool = False) -> None:
+        wanted = render(rule)
+        if any(render(r) == wanted for r in chain.rules):
+            return
+        if first:
+            chain.insert_rule(rule)
+        else:
+            chain.append_rule(rule)
+
+    def _remove_attachment(self, table: Any, chain: str) -> list[tuple[str | None, int]]:
+        """Delete the jumps to `chain` and the chain; return its UDP (host ip, port)s."""
+        udp: list[tuple[str | None, int]] = []
+        if not table.is_chain(chain):
+            return udp
+        family = _family_of(table)
+        iptc = self._iptc()
+        for rule in iptc.Chain(table, chain).rules:
+            rng = dport_range(rule)
+            if rule.protocol == "udp" and rng and rule.target.name == "DNAT":
+                udp.append((host_ip_of(rule, family), rng[0]))
+        if table.is_chain(TOP):
+            top = iptc.Chain(table, TOP)
+            for rule in list(top.rules):
+                if rule.target.name == chain:
+                    top.delete_rule(rule)
+        iptc.Chain(table, chain).flush()
+        table.delete_chain(chain)
+        return udp
+
+    def _conflicts(self, table: Any, fp: FamilyPlan, att: Attachment) -> None:
+        if not table.is_chain(TOP):
+            return
+        for rule in self._iptc().Chain(table, TOP).rules:
+            tag = owner_tag(rule)
+            if not tag or tag == att.tag:
+                continue
+            rng = dport_range(rule)
+            if rng is None:
+                continue
+            for fw in fp.forwards:
+                last = fw.host_port + fw.count - 1
+                same_ip = host_ip_of(rule, fp.family) == fw.host_ip
+                if (
+                    rule.protocol == fw.protocol
+                    and same_ip
+                    and rng[0] <= last
+                    and fw.host_port <= rng[1]
+                ):
+                    owner = state.owner_name(self.sd, tag, comment_of(rule).split(" ", 2)[-1])
+                    raise CniError(
+                        CONFLICT,
+                        f"host port {fw.describe(fp.family)} is already mapped by "
+                        f"attachment {owner}",
+                        "remove that mapping first (or use another host port); nothing was changed",
+                    )
+
+    def _install(self, table: Any, fp: FamilyPlan, plan: Plan) -> None:
+        att, external, bit = plan.attachment, plan.external_mark_chain, plan.mark_bit
+        rules = Rules(self._iptc(), fp.family)
+        mark_chain = external or SETMARK
+        if fp.masquerade != MASQ_NONE and not external:
+            self._ensure_rule(self._ensure_chain(table, SETMARK), rules.setmark(bit))
+            self._ensure_rule(self._ensure_chain(table, MASQ), rules.masq(bit))
+            self._ensure_rule(self._iptc().Chain(table, "POSTROUTING"), rules.entry(MASQ), True)
+        top = self._ensure_chain(table, TOP)
+        for hook in ("PREROUTING", "OUTPUT"):
+            self._ensure_rule(self._iptc().Chain(table, hook), rules.entry(TOP))
+        name = chain_name(att)
+        chain = self._ensure_chain(table, name)
+        for fw in fp.forwards:
+            for r in rules.per_port(fp, fw, mark_chain):
+                chain.append_rule(r)
+        comment = COMMENT_PREFIX + att.comment
+        for fw in fp.forwards:
+            jump = rules.jump(fw, name, comment, fp.conditions)
+            if fw.host_ip:
+                top.insert_rule(jump)  # specific addresses before every wildcard
+            else:
+                top.append_rule(jump)
+
+    # -- verbs --------------------------------------------------------------------------
+
+    def add(self, plan: Plan) -> None:
+        att = plan.attachment
+        name = chain_name(att)
+        with self._locked():
+            state.write(self.sd, att, NAME, [[fp.family, name] for fp in plan.families])
+            done: list[int] = []
+            try:
+                for fp in sorted(plan.families, key=lambda f: -f.family):
+                    in_family_process(fp.family, partial(self._add_family, fp, plan))
+                    done.append(fp.family)
+            except CniError:
+                for family in done:  # undo the family already committed
+                    in_family_process(family, partial(self._delete_family, family, name))
+                state.remove(self.sd, att)
+                raise
+
+    def _add_family(self, fp: FamilyPlan, plan: Plan) -> None:
+        att = plan.attachment
+        table = self._table(fp.family)
+        self._conflicts(table, fp, att)
+        self._remove_attachment(table, chain_name(att))
+        if fp.forwards:
+            self._install(table, fp, plan)
+        self._commit(table, f"install the IPv{fp.family} port mappings of {att}")
+
+    def _delete_family(self, family: int, name: str) -> list[tuple[str | None, int]]:
+        table = self._table(family)
+        if not table.is_chain(name):
+            return []
+        udp = self._remove_attachment(table, name)
+        self._commit(table, f"delete the IPv{family} port mappings ({name})")
+        return udp
+
+    def delete(self, att: Attachment, plan: Plan | None) -> UdpTargets:
+        name = chain_name(att)
+        targets: UdpTargets = []
+        recorded = state.read(self.sd, att)
+        families = {4, 6}
+        if recorded and recorded.get("backend") == NAME:
+            families = {int(f) for f, _ in recorded.get("objects", []) if f in (4, 6)}
+        with self._locked():
+            for family in sorted(families, reverse=True):
+                udp = in_family_process(family, partial(self._delete_family, family, name))
+                targets += [(family, ip, port) for ip, port in udp]
+            state.remove(self.sd, att)
+        return targets
+
+    def check(self, plan: Plan) -> None:
+        problems: list[str] = []
+        for fp in sorted(plan.families, key=lambda f: -f.family):
+            if fp.forwards:
+                problems += in_family_process(fp.family, partial(self._check_family, fp, plan))
+        if problems:
+            raise CniError(
+                CHECK_FAILED,
+                f"port mappings of {plan.attachment} differ from the config",
+                "; ".join(problems[:8]),
+            )
+
+    def _check_family(self, fp: FamilyPlan, plan: Plan) -> list[str]:
+        name = chain_name(plan.attachment)
+        iptc = self._iptc()
+        table = self._table(fp.family)
+        if not table.is_chain(name):
+            return [f"IPv{fp.family}: chain {name} is missing"]
+        rules = Rules(iptc, fp.family)
+        mark_chain = plan.external_mark_chain or SETMARK
+        wanted = [render(r) for fw in fp.forwards for r in rules.per_port(fp, fw, mark_chain)]
+        live = [render(r) for r in iptc.Chain(table, name).rules]
+        problems = [f"IPv{fp.family} {name} lacks: {w}" for w in wanted if w not in live]
+        problems += [f"IPv{fp.family} {name} has unexpected: {x}" for x in live if x not in wanted]
+        top = iptc.Chain(table, TOP).rules if table.is_chain(TOP) else []
+        jumps = [r for r in top if r.target.name == name]
+        if len(jumps) != len(fp.forwards):
+            problems.append(
+                f"IPv{fp.family}: {TOP} has {len(jumps)} jumps to {name}, "
+                f"expected {len(fp.forwards)}"
+            )
+        return problems
+
+    def gc(self, network_tag: str, valid_tags: set[str]) -> UdpTargets:
+        targets: UdpTargets = []
+        with self._locked():
+            for family in (6, 4):
+                udp = in_family_process(
+                    family, partial(self._gc_family, family, network_tag, valid_tags)
+                )
+                targets += [(family, ip, port) for ip, port in udp]
+            for tag in state.tags_of_network(self.sd, network_tag):
+                data = self.sd.read_json(f"{tag}.json")
+                if tag not in valid_tags and isinstance(data, dict) and data.get("backend") == NAME:
+                    state.remove_tag(self.sd, tag)
+        return targets
+
+    def _gc_family(
+        self, family: int, network_tag: str, valid_tags: set[str]
+    ) -> list[tuple[str | None, int]]:
+        table = self._table(family)
+        if not table.is_chain(TOP):
+            return []
+        doomed = {
+            r.target.name
+            for r in self._iptc().Chain(table, TOP).rules
+            if owner_tag(r).startswith(network_tag + "-") and owner_tag(r) not in valid_tags
+        }
+        udp = []
+        for chain in sorted(doomed):
+            udp += self._remove_attachment(table, chain)
+        if doomed:
+            self._commit(table, f"delete stale IPv{family} port mappings")
+        return udp
+
+    def _probe(self, family: int) -> bool:
+        self._table(family)
+        return True
+
+    def status(self) -> None:
+        for family in (6, 4):
+            in_family_process(family, partial(self._probe, family))

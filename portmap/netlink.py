@@ -1,0 +1,219 @@
+"""The two netlink questions portmap asks, spoken directly over a socket.
+
+pyroute2 would answer both but costs ~110 ms to import on every container start; these
+are a few dozen lines of struct packing:
+
+* `route_oif(ip)`: the interface the host routes a container address through (the
+  bridge), whose route_localnet must be on for 127.0.0.1 to be forwarded;
+* `flush_udp_conntrack(...)`: delete the UDP conntrack entries whose original
+  destination is one of the given host ports (and host address, for hostIP mappings), so
+  that old flows stop going to a previous container.
+
+Both run in the caller's network namespace (the socket is created there).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import socket
+
+NETLINK_ROUTE = 0
+NETLINK_NETFILTER = 12
+NLM_F_REQUEST = 0x1
+NLM_F_ACK = 0x4
+NLM_F_DUMP = 0x300
+NLMSG_ERROR = 2
+NLMSG_DONE = 3
+NLA_F_NESTED = 0x8000
+NLA_TYPE_MASK = 0x3FFF
+
+RTM_GETROUTE = 26
+RTA_DST = 1
+RTA_OIF = 4
+
+NFNL_SUBSYS_CTNETLINK = 1
+IPCTNL_MSG_CT_GET = 1
+IPCTNL_MSG_CT_DELETE = 2
+CTA_TUPLE_ORIG = 1
+CTA_ZONE = 18
+CTA_TUPLE_IP = 1
+CTA_TUPLE_PROTO = 2
+CTA_IP_V4_DST = 2
+CTA_IP_V6_DST = 4
+CTA_PROTO_NUM = 1
+CTA_PROTO_DST_PORT = 3
+IPPROTO_UDP = 17
+
+
+class NetlinkError(OSError):
+    pass
+
+
+def _attr(kind: int, payload: bytes) -> bytes:
+    length = 4 + len(payload)
+    return struct.pack("=HH", length, kind) + payload + b"\0" * ((4 - length % 4) % 4)
+
+
+def _attrs(data: bytes) -> Iterator[tuple[int, bytes]]:
+    pos = 0
+    while pos + 4 <= len(data):
+        length, kind = struct.unpack_from("=HH", data, pos)
+        if length < 4:
+            return
+        yield kind & NLA_TYPE_MASK, data[pos + 4 : pos + length]
+        pos += (length + 3) & ~3
+
+
+def _messages(sock: socket.socket, seq: int) -> Iterator[tuple[int, bytes]]:
+    """(type, payload) of every reply to request `seq` until DONE, an ACK, or an error."""
+    while True:
+        data = sock.recv(1 << 16)
+        pos = 0
+        while pos + 16 <= len(data):
+            length, kind, _flags, mseq, _pid = struct.unpack_from("=IHHII", data, pos)
+            payload = data[pos + 16 : pos + length]
+            pos += (length + 3) & ~3
+            if mseq != seq:
+                continue
+            if kind == NLMSG_DONE:
+                return
+            if kind == NLMSG_ERROR:
+                (errno,) = struct.unpack_from("=i", payload)
+                if errno:
+                    raise NetlinkError(-errno, f"netlink error {-errno}")
+                return
+            yield kind, payload
+
+
+def _request(sock: socket.socket, kind: int, flags: int, seq: int, payload: bytes) -> None:
+    sock.send(struct.pack("=IHHII", 16 + len(payload), kind, flags, seq, 0) + payload)
+
+
+def route_oif_v4(ip: str) -> str | None:
+    """The interface of the longest-prefix IPv4 route to `ip`, from /proc/net/route (the
+    current netns's main table; no socket module to import on the ADD path)."""
+    target = sum(int(b) << (8 * i) for i, b in enumerate(ip.split(".")))  # little-endian
+    best: tuple[int, int, str] | None = None
+    try:
+        with open("/proc/net/route") as f:
+            lines = f.read().splitlines()[1:]
+    except OSError:
+        return None
+    for line in lines:
+        fields = line.split()
+        if len(fields) < 8:
+            continue
+        iface, dest, mask, metric = (
+            fields[0],
+            int(fields[1], 16),
+            int(fields[7], 16),
+            int(fields[6]),
+        )
+        if target & mask != dest:
+            continue
+        score = (bin(mask).count("1"), -metric, iface)
+        if best is None or score[:2] > best[:2]:
+            best = score
+    return best[2] if best else None
+
+
+def route_oif(ip: str) -> str | None:
+    """The name of the interface the current netns routes `ip` through, or None."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in ip else socket.AF_INET
+    addr = socket.inet_pton(family, ip)
+    rtmsg = struct.pack("=BBBBBBBBI", family, len(addr) * 8, 0, 0, 0, 0, 0, 0, 0)
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_ROUTE) as sock:
+        _request(sock, RTM_GETROUTE, NLM_F_REQUEST, 1, rtmsg + _attr(RTA_DST, addr))
+        try:
+            for _kind, payload in _messages(sock, 1):
+                for atype, value in _attrs(payload[12:]):
+                    if atype == RTA_OIF:
+                        return socket.if_indextoname(struct.unpack("=I", value)[0])
+        except NetlinkError:
+            return None
+    return None
+
+
+def _ct_header(family: int) -> bytes:
+    return struct.pack("=BBH", family, 0, 0)  # nfgenmsg: family, version 0, res_id
+
+
+def _orig_destination(payload: bytes) -> tuple[bytes, bytes, int, int] | None:
+    """(raw CTA_TUPLE_ORIG, raw CTA_ZONE, protocol, destination port) of one ct entry."""
+    tuple_raw = b""
+    zone = b""
+    for atype, value in _attrs(payload[4:]):
+        if atype == CTA_TUPLE_ORIG:
+            tuple_raw = value
+        elif atype == CTA_ZONE:
+            zone = value
+    if not tuple_raw:
+        return None
+    proto = dport = 0
+    for atype, value in _attrs(tuple_raw):
+        if atype == CTA_TUPLE_PROTO:
+            for ptype, pvalue in _attrs(value):
+                if ptype == CTA_PROTO_NUM:
+                    proto = pvalue[0]
+                elif ptype == CTA_PROTO_DST_PORT:
+                    (dport,) = struct.unpack("!H", pvalue[:2])
+    return tuple_raw, zone, proto, dport
+
+
+def _orig_daddr(tuple_raw: bytes) -> bytes:
+    for atype, value in _attrs(tuple_raw):
+        if atype == CTA_TUPLE_IP:
+            for itype, ivalue in _attrs(value):
+                if itype in (CTA_IP_V4_DST, CTA_IP_V6_DST):
+                    return ivalue
+    return b""
+
+
+def flush_udp_conntrack(family: int, targets: Iterable[tuple[str | None, int]]) -> int:
+    """Delete UDP conntrack entries of `family` (4/6) whose original destination port is a
+    target port (and, when the target has a host address, whose destination is it).
+    Returns how many entries were deleted."""
+    import socket
+
+    wanted: dict[int, set[bytes | None]] = {}
+    af = socket.AF_INET6 if family == 6 else socket.AF_INET
+    for host_ip, port in targets:
+        addr = socket.inet_pton(af, host_ip) if host_ip else None
+        wanted.setdefault(port, set()).add(addr)
+    if not wanted:
+        return 0
+    doomed: list[tuple[bytes, bytes]] = []
+    get = (NFNL_SUBSYS_CTNETLINK << 8) | IPCTNL_MSG_CT_GET
+    delete = (NFNL_SUBSYS_CTNETLINK << 8) | IPCTNL_MSG_CT_DELETE
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_NETFILTER) as sock:
+        _request(sock, get, NLM_F_REQUEST | NLM_F_DUMP, 1, _ct_header(af))
+        for _kind, payload in _messages(sock, 1):
+            parsed = _orig_destination(payload)
+            if parsed is None:
+                continue
+            tuple_raw, zone, proto, dport = parsed
+            if proto != IPPROTO_UDP or dport not in wanted:
+                continue
+            addrs = wanted[dport]
+            if None not in addrs and _orig_daddr(tuple_raw) not in addrs:
+                continue
+            doomed.append((tuple_raw, zone))
+        deleted = 0
+        for seq, (tuple_raw, zone) in enumerate(doomed, start=2):
+            body = _attr(CTA_TUPLE_ORIG | NLA_F_NESTED, tuple_raw)
+            if zone:
+                body += _attr(CTA_ZONE, zone)
+            _request(sock, delete, NLM_F_REQUEST | NLM_F_ACK, seq, _ct_header(af) + body)
+            try:
+                for _ in _messages(sock, seq):
+                    pass
+                deleted += 1
+            except NetlinkError:
+                pass  # gone already (expired or deleted by someone else): fine
+    return deleted

@@ -1,0 +1,686 @@
+"""The nftables backend: every mapping is a map element, so cost does not grow with them.
+
+Table `inet cni_meta_portmap` (ours alone; Go's `cni_hostport` and netavark's tables are
+never touched):
+
+    set claims4/6    (host address or 0.0.0.0/::) . proto . port  -> owner comment
+                     `create element` fails on a key somebody else holds: conflicts are
+                     detected atomically, inside the transaction that would install them
+    map hostip4/6    host address . proto . port : container address . port   (DNAT)
+    map any4/6       proto . port : container address . port  (hostIP empty/0.0.0.0/::)
+    map masq4/6      container address : goto masq4-p<prefix> | goto masq-all
+    set hairpin4/6   container subnet . container address  (hairpin and neighbours)
+    set lanes        condition lanes present (see below)
+
+    chain prerouting/output (nat, dstnat): fib daddr type local jump hostports
+    chain hostports: dnat ... map @hostip4, @hostip6 first, then @any4, @any6
+    chain postrouting (nat, srcnat): ct status dnat ip daddr vmap @masq4 (and ip6)
+    chain masq4-p16: ip saddr 127.0.0.0/8 masquerade;
+                     ip saddr & 255.255.0.0 . ip daddr @hairpin4 masquerade
+
+Precedence: a mapping for a specific host address wins over a wildcard one on the same
+port and protocol for packets sent to that address; the wildcard serves every other
+local address. Both may be held by different attachments at once.
+
+Conditions (conditionsV4/V6) are per attachment: attachments with the same conditions
+share a "lane", i.e. their own hostip/any maps behind one rule carrying the conditions.
+Ownership: every element carries the owner's tag in its comment; the claims set makes a
+host port exclusive across lanes.
+
+All input is nft *text*: libnftables 1.0.6 (Debian 12) mis-creates and then crashes with
+SIGSEGV on a JSON map whose data is a concatenation (`ipv4_addr . inet_service`), which
+is exactly what the DNAT maps are. JSON is only read (listings for GC and CHECK).
+
+Every ADD, DEL and GC is one libnftables transaction, under a lock because nft has no
+compare-and-delete. The hot path never lists the table (that would cost time linear in
+the number of mappings): it uses `get element` on known keys.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from common.errors import CHECK_FAILED, CONFLICT, KERNEL_FAILURE, STATUS_UNAVAILABLE, CniError
+from common.log import Log
+from common.state import StateDir
+from portmap import state
+from portmap.config import Attachment
+from portmap.plan import ANY, MASQ_ALL, MASQ_NONE, MASQ_SUBNET, FamilyPlan, Plan
+
+NAME = "nftables"
+TABLE = "cni_meta_portmap"
+T = f"inet {TABLE}"
+IPX = {4: "ip", 6: "ip6"}
+ADDR = {4: "ipv4_addr", 6: "ipv6_addr"}
+NFPROTO = {4: "ipv4", 6: "ipv6"}
+LOCK = "nftables.lock"
+# libnftables 1.0.6 crashes (SIGSEGV) on a `get element` of a few hundred keys: ask in
+# small batches.
+GET_CHUNK = 50
+
+
+# ---------------------------------------------------------------------------- pure rendering
+
+
+@dataclass(frozen=True)
+class Lane:
+    """The maps and rules shared by attachments with the same conditions (per family)."""
+
+    family: int
+    conditions: tuple[str, ...]
+
+    @property
+    def id(self) -> int:
+        raw = "\0".join((str(self.family), *self.conditions)).encode()
+        return int(hashlib.sha256(raw).hexdigest()[:8], 16)
+
+    @property
+    def suffix(self) -> str:
+        return f"_{self.id:08x}" if self.conditions else ""
+
+    @property
+    def hostip_map(self) -> str:
+        return f"hostip{self.family}{self.suffix}"
+
+    @property
+    def any_map(self) -> str:
+        return f"any{self.family}{self.suffix}"
+
+    def maps_text(self) -> list[str]:
+        f = self.family
+        return [
+            f"add map {T} {self.hostip_map} {{ type {ADDR[f]} . inet_proto . inet_service : "
+            f"{ADDR[f]} . inet_service; }}",
+            f"add map {T} {self.any_map} {{ type inet_proto . inet_service : "
+            f"{ADDR[f]} . inet_service; }}",
+        ]
+
+    def hostip_rule(self) -> str:
+        ipx = IPX[self.family]
+        return (
+            f"{' '.join(self.conditions)} dnat {ipx} to "
+            f"{ipx} daddr . meta l4proto . th dport map @{self.hostip_map}"
+        ).strip()
+
+    def any_rule(self) -> str:
+        ipx = IPX[self.family]
+        return (
+            f"{' '.join(self.conditions)} meta nfproto {NFPROTO[self.family]} dnat {ipx} to "
+            f"meta l4proto . th dport map @{self.any_map}"
+        ).strip()
+
+    def create_text(self) -> list[str]:
+        """A condition lane: its maps, its rules (specific first, wildcard last)."""
+        return [
+            *self.maps_text(),
+            f"insert rule {T} hostports {self.hostip_rule()}",
+            f"add rule {T} hostports {self.any_rule()}",
+            f"add element {T} lanes {{ {self.id} }}",
+        ]
+
+
+DEFAULT_LANES = (Lane(4, ()), Lane(6, ()))
+
+
+def skeleton_text() -> list[str]:
+    """The table with its fixed sets, chains and the default lanes. Created once, atomically."""
+    lines = [
+        f'add table {T} {{ comment "CNI portmap (cni-meta-plugins); managed, do not edit"; }}',
+        f"add set {T} lanes {{ type mark; }}",
+    ]
+    for f in (4, 6):
+        lines += [
+            f"add set {T} claims{f} {{ type {ADDR[f]} . inet_proto . inet_service; }}",
+            f"add map {T} masq{f} {{ type {ADDR[f]} : verdict; }}",
+            f"add set {T} hairpin{f} {{ type {ADDR[f]} . {ADDR[f]}; }}",
+        ]
+    for lane in DEFAULT_LANES:
+        lines += lane.maps_text()
+    lines += [
+        f"add chain {T} hostports",
+        f"add chain {T} masq-all",
+        f"add chain {T} prerouting {{ type nat hook prerouting priority dstnat; policy accept; }}",
+        f"add chain {T} output {{ type nat hook output priority -100; policy accept; }}",
+        f"add chain {T} postrouting {{ type nat hook postrouting priority srcnat; "
+        "policy accept; }",
+        f"flush chain {T} hostports",
+        f"flush chain {T} masq-all",
+        f"flush chain {T} prerouting",
+        f"flush chain {T} output",
+        f"flush chain {T} postrouting",
+        *(f"add rule {T} hostports {lane.hostip_rule()}" for lane in DEFAULT_LANES),
+        *(f"add rule {T} hostports {lane.any_rule()}" for lane in DEFAULT_LANES),
+        f"add rule {T} masq-all masquerade",
+        f"add rule {T} prerouting fib daddr type local jump hostports",
+        f"add rule {T} output fib daddr type local jump hostports",
+        f"add rule {T} postrouting ct status dnat ip daddr vmap @masq4",
+        f"add rule {T} postrouting ct status dnat ip6 daddr vmap @masq6",
+        f"add element {T} lanes {{ {', '.join(str(lane.id) for lane in DEFAULT_LANES)} }}",
+    ]
+    return lines
+
+
+def prefix_mask(family: int, prefix: int) -> str:
+    import ipaddress
+
+    bits = 32 if family == 4 else 128
+    mask = ((1 << bits) - 1) ^ ((1 << (bits - prefix)) - 1)
+    addr = ipaddress.IPv4Address(mask) if family == 4 else ipaddress.IPv6Address(mask)
+    return addr.compressed
+
+
+def masq_chain(family: int, prefix: int) -> str:
+    return f"masq{family}-p{prefix}"
+
+
+def masq_chain_text(family: int, prefix: int) -> list[str]:
+    """Idempotent: (re)written in full by every ADD that needs it."""
+    chain = masq_chain(family, prefix)
+    ipx = IPX[family]
+    mask = prefix_mask(family, prefix)
+    lines = [f"add chain {T} {chain}", f"flush chain {T} {chain}"]
+    if family == 4:
+        # Connections from 127.0.0.0/8 (localhost:hostPort via route_localnet) only work
+        # masqueraded: the container cannot answer a loopback address.
+        lines.append(f"add rule {T} {chain} ip saddr 127.0.0.0/8 masquerade")
+    lines.append(
+        f"add rule {T} {chain} {ipx} saddr & {mask} . {ipx} daddr @hairpin{family} masquerade"
+    )
+    return lines
+
+
+@dataclass(frozen=True, order=True)
+class Element:
+    """One set/map element; identity is (set, key), `data` is what a map maps it to."""
+
+    set: str
+    key: str
+    data: str = field(default="", compare=False)
+
+    @property
+    def is_claim(self) -> bool:
+        return self.set.startswith("claims")
+
+    def text(self, comment: str) -> str:
+        return f'{self.key} comment "{comment}"' + (f" : {self.data}" if self.data else "")
+
+
+def family_elements(fp: FamilyPlan) -> list[Element]:
+    f = fp.family
+    lane = Lane(f, fp.conditions)
+    out: list[Element] = []
+    for fw in fp.forwards:
+        for hp, cp in fw.ports():
+            target = f"{fp.container_ip} . {cp}"
+            out.append(Element(f"claims{f}", f"{fw.host_ip or ANY[f]} . {fw.protocol} . {hp}"))
+            if fw.host_ip:
+                out.append(Element(lane.hostip_map, f"{fw.host_ip} . {fw.protocol} . {hp}", target))
+            else:
+                out.append(Element(lane.any_map, f"{fw.protocol} . {hp}", target))
+    if fp.forwards and fp.masquerade != MASQ_NONE:
+        chain = "masq-all" if fp.masquerade == MASQ_ALL else masq_chain(f, fp.prefix_len)
+        out.append(Element(f"masq{f}", fp.container_ip, f"goto {chain}"))
+        if fp.masquerade == MASQ_SUBNET:
+            out.append(Element(f"hairpin{f}", f"{fp.subnet} . {fp.container_ip}"))
+    return out
+
+
+def plan_elements(plan: Plan) -> list[Element]:
+    return [e for fp in plan.families for e in family_elements(fp)]
+
+
+def plan_lanes(plan: Plan) -> list[Lane]:
+    return sorted(
+        {Lane(fp.family, fp.conditions) for fp in plan.families if fp.forwards},
+        key=lambda lane: (lane.family, lane.id),
+    )
+
+
+def plan_masq_chains(plan: Plan) -> list[tuple[int, int]]:
+    return sorted(
+        {
+            (fp.family, fp.prefix_len)
+            for fp in plan.families
+            if fp.forwards and fp.masquerade == MASQ_SUBNET
+        }
+    )
+
+
+def _grouped(elements: Iterable[Element]) -> dict[str, list[Element]]:
+    out: dict[str, list[Element]] = {}
+    for e in elements:
+        out.setdefault(e.set, []).append(e)
+    return out
+
+
+def add_text(elements: Iterable[Element], comment: str) -> list[str]:
+    lines = []
+    for name, group in _grouped(elements).items():
+        verb = "create" if name.startswith("claims") else "add"
+        body = ", ".join(e.text(comment) for e in group)
+        lines.append(f"{verb} element {T} {name} {{ {body} }}")
+    return lines
+
+
+def delete_text(elements: Iterable[Element]) -> list[str]:
+    return [
+        f"delete element {T} {name} {{ {', '.join(e.key for e in group)} }}"
+        for name, group in _grouped(elements).items()
+    ]
+
+
+def udp_targets(elements: Iterable[Element]) -> list[tuple[int, str | None, int]]:
+    """(family, host address or None, port) of the UDP claims among `elements`."""
+    out = []
+    for e in elements:
+        if not e.is_claim:
+            continue
+        addr, proto, port = (p.strip() for p in e.key.split(" . "))
+        if proto != "udp":
+            continue
+        family = int(e.set[-1])
+        out.append((family, None if addr == ANY[family] else addr, int(port)))
+    return out
+
+
+# ---------------------------------------------------------------------------- parsing output
+
+_PROTO_NUMBERS = {"6": "tcp", "17": "udp", "132": "sctp"}
+_ITEM = re.compile(r'^(?P<key>.*?)(?: comment "(?P<comment>[^"]*)")?(?: : (?P<data>.*))?$')
+
+
+def _normal_key(key: str) -> str:
+    """Keys as we write them: nft prints a protocol (always second to last: `... proto .
+    port`) as a number where /etc/protocols does not name it."""
+    parts = [p.strip() for p in key.split(" . ")]
+    if len(parts) >= 2:
+        parts[-2] = _PROTO_NUMBERS.get(parts[-2], parts[-2])
+    return " . ".join(parts)
+
+
+def parse_get_output(text: str) -> dict[str, tuple[str, str]]:
+    """`get element` text output -> {key: (comment, data)}."""
+    out: dict[str, tuple[str, str]] = {}
+    start = text.find("elements = {")
+    if start < 0:
+        return out
+    end = text.find("}", start + len("elements = {"))
+    body = " ".join(text[start + len("elements = {") : end].split())
+    for item in body.split(","):
+        m = _ITEM.match(item.strip())
+        if not m or not m["key"]:
+            continue
+        out[_normal_key(m["key"])] = (m["comment"] or "", (m["data"] or "").strip())
+    return out
+
+
+def _json_value_text(value: Any) -> str:
+    if isinstance(value, dict):
+        if "concat" in value:
+            return " . ".join(_json_value_text(v) for v in value["concat"])
+        if "elem" in value:
+            return _json_value_text(value["elem"].get("val"))
+        if "prefix" in value:
+            p = value["prefix"]
+            return f"{p['addr']}/{p['len']}"
+        for verdict in ("goto", "jump"):
+            if verdict in value:
+                return f"{verdict} {value[verdict]['target']}"
+    return str(value)
+
+
+def parse_listing(listing: str) -> list[tuple[Element, str]]:
+    """`list table` JSON -> every element of our sets and maps with its comment."""
+    out: list[tuple[Element, str]] = []
+    for obj in json.loads(listing).get("nftables", []):
+        body = obj.get("set") or obj.get("map")
+        if not isinstance(body, dict):
+            continue
+        for item in body.get("elem", []):
+            data = ""
+            if isinstance(item, list):  # a map element: [key, data]
+                item, data_raw = item
+                data = _json_value_text(data_raw)
+            comment = item.get("elem", {}).get("comment", "") if isinstance(item, dict) else ""
+            key = _normal_key(_json_value_text(item))
+            out.append((Element(body["name"], key, data), comment))
+    return out
+
+
+def tag_of(comment: str) -> str:
+    return comment.split(" ", 1)[0]
+
+
+# ---------------------------------------------------------------------------- the kernel side
+
+
+class Nft:
+    """One libnftables context, in the netns where it was created (the plugin's own).
+
+    A thin ctypes binding of the five calls we need instead of pip-nftables' class: its
+    destructor (nft_ctx_free) costs ~10 ms per process, on every container start; the
+    context is released with the process instead.
+    """
+
+    def __init__(self) -> None:
+        import ctypes
+
+        try:
+            lib = ctypes.CDLL("libnftables.so.1")
+        except OSError as e:
+            raise CniError(STATUS_UNAVAILABLE, "libnftables cannot be loaded", str(e)) from None
+        lib.nft_ctx_new.restype = ctypes.c_void_p
+        lib.nft_ctx_new.argtypes = [ctypes.c_int]
+        lib.nft_ctx_buffer_output.argtypes = [ctypes.c_void_p]
+        lib.nft_ctx_buffer_error.argtypes = [ctypes.c_void_p]
+        lib.nft_ctx_get_output_buffer.restype = ctypes.c_char_p
+        lib.nft_ctx_get_output_buffer.argtypes = [ctypes.c_void_p]
+        lib.nft_ctx_get_error_buffer.restype = ctypes.c_char_p
+        lib.nft_ctx_get_error_buffer.argtypes = [ctypes.c_void_p]
+        lib.nft_ctx_output_get_flags.restype = ctypes.c_uint
+        lib.nft_ctx_output_get_flags.argtypes = [ctypes.c_void_p]
+        lib.nft_ctx_output_set_flags.argtypes = [ctypes.c_void_p, ctypes.c_uint]
+        lib.nft_run_cmd_from_buffer.restype = ctypes.c_int
+        lib.nft_run_cmd_from_buffer.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+        self.lib = lib
+        self.ctx = lib.nft_ctx_new(0)
+        lib.nft_ctx_buffer_output(self.ctx)
+        lib.nft_ctx_buffer_error(self.ctx)
+
+    def set_json_output(self, on: bool) -> None:
+        flags = self.lib.nft_ctx_output_get_flags(self.ctx)
+        json_flag = 1 << 4  # NFT_CTX_OUTPUT_JSON
+        self.lib.nft_ctx_output_set_flags(self.ctx, flags | json_flag if on else flags & ~json_flag)
+
+    def run(self, text: str) -> tuple[int, str, str]:
+        rc = self.lib.nft_run_cmd_from_buffer(self.ctx, text.encode())
+        out = self.lib.nft_ctx_get_output_buffer(self.ctx) or b""
+        err = self.lib.nft_ctx_get_error_buffer(self.ctx) or b""
+        return int(rc), out.decode(errors="replace"), err.decode(errors="replace")
+
+    def must(self, lines: list[str], what: str) -> str:
+        rc, out, err = self.run("\n".join(lines))
+        if rc != 0:
+            raise CniError(KERNEL_FAILURE, f"nftables refused to {what}", _first_error(err))
+        return out
+
+    def get(self, elements: list[Element]) -> dict[Element, tuple[str, str]]:
+        """The live (comment, data) of those of `elements` that exist."""
+        found: dict[Element, tuple[str, str]] = {}
+        for name, everything in _grouped(elements).items():
+            for i in range(0, len(everything), GET_CHUNK):
+                found.update(self._get_some(name, everything[i : i + GET_CHUNK]))
+        return found
+
+    def _get_some(self, name: str, group: list[Element]) -> dict[Element, tuple[str, str]]:
+        found: dict[Element, tuple[str, str]] = {}
+        if group:
+            rc, out, _ = self.run(f"get element {T} {name} {{ {', '.join(e.key for e in group)} }}")
+            if rc != 0:
+                # One missing key fails the whole get: ask one by one.
+                for e in group if len(group) > 1 else ():
+                    found.update(self._get_some(name, [e]))
+                return found
+            live = parse_get_output(out)
+            for e in group:
+                if e.key in live:
+                    found[e] = live[e.key]
+        return found
+
+    def table_exists(self) -> bool:
+        rc, out, _ = self.run("list tables inet")
+        return rc == 0 and f"table {T}\n" in out + "\n"
+
+    def listing(self) -> list[tuple[Element, str]]:
+        self.set_json_output(True)
+        try:
+            rc, out, err = self.run(f"list table {T}")
+        finally:
+            self.set_json_output(False)
+        if rc != 0:
+            if "No such file or directory" in err:
+                return []
+            raise CniError(KERNEL_FAILURE, f"cannot list nft table {T}", _first_error(err))
+        return parse_listing(out)
+
+
+def _first_error(err: str) -> str:
+    lines = [line for line in err.strip().splitlines() if line.strip()]
+    return " | ".join(lines[:2])[:500]
+
+
+def _owned(nft: Nft, candidates: list[Element], tag: str) -> list[Element]:
+    live = nft.get(candidates)
+    return sorted(e for e, (comment, _) in live.items() if tag_of(comment) == tag)
+
+
+def _state_elements(data: dict[str, Any] | None) -> list[Element] | None:
+    if data is None or data.get("backend") != NAME:
+        return None
+    out = []
+    for item in data.get("objects", []):
+        if isinstance(item, list) and len(item) == 2 and all(isinstance(x, str) for x in item):
+            out.append(Element(item[0], item[1]))
+    return out
+
+
+def _objects(elements: Iterable[Element]) -> list[list[str]]:
+    return [[name, key] for name, key in sorted({(e.set, e.key) for e in elements})]
+
+
+class NftBackend:
+    name = NAME
+
+    def __init__(self, sd: StateDir, log: Log) -> None:
+        self.sd = sd
+        self.log = log
+
+    # -- ADD ---------------------------------------------------------------------------
+
+    def add(self, plan: Plan) -> None:
+        att = plan.attachment
+        wanted = plan_elements(plan)
+        masq = [line for fp in plan_masq_chains(plan) for line in masq_chain_text(*fp)]
+        with self.sd.lock(LOCK):
+            nft = Nft()
+            recorded = state.read(self.sd, att)
+            previous = _state_elements(recorded) or []
+            # Fast path: no read at all. libnftables fills its cache with every element of
+            # the table on the first read of a process (time linear in the mappings), but
+            # not for a write. The state file says what we own; if anything is off (no
+            # table yet, a new lane, an element gone, a conflict), the write fails as a
+            # whole and the careful path below reads and repairs.
+            if recorded is None or recorded.get("committed") is True:
+                state.write(self.sd, att, NAME, _objects([*previous, *wanted]), committed=False)
+                lines = [*delete_text(previous), *masq, *add_text(wanted, att.comment)]
+                rc, _, _ = nft.run("\n".join(lines))
+                if rc == 0:
+                    state.write(self.sd, att, NAME, _objects(wanted))
+                    return
+            mine = _owned(nft, previous, att.tag)
+            setup = self._missing_setup(nft, plan)
+            state.write(self.sd, att, NAME, _objects([*mine, *wanted]), committed=False)
+            for _attempt in range(2):
+                lines = [*setup, *delete_text(mine), *masq, *add_text(wanted, att.comment)]
+                rc, _, err = nft.run("\n".join(lines))
+                if rc == 0:
+                    state.write(self.sd, att, NAME, _objects(wanted))
+                    return
+                # Our own leftovers the state file did not know of (it was lost): remove
+                # them too and try once more. Anybody else's: a conflict, named.
+                stale = self._collisions(nft, wanted, att)
+                if not stale:
+                    break
+                mine = sorted(set(mine) | set(stale))
+            if mine:
+                state.write(self.sd, att, NAME, _objects(mine))
+            else:
+                state.remove(self.sd, att)
+            raise CniError(KERNEL_FAILURE, "nftables refused the port mappings", _first_error(err))
+
+    def _missing_setup(self, nft: Nft, plan: Plan) -> list[str]:
+        lanes = plan_lanes(plan)
+        probe = ", ".join(str(lane.id) for lane in (*DEFAULT_LANES, *lanes))
+        rc, _, _ = nft.run(f"get element {T} lanes {{ {probe} }}")
+        if rc == 0:
+            return []
+        lines: list[str] = []
+        if not nft.table_exists():
+            lines += skeleton_text()
+            present = {lane.id for lane in DEFAULT_LANES}
+        else:
+            present = set()
+            for lane in (*DEFAULT_LANES, *lanes):
+                rc, _, _ = nft.run(f"get element {T} lanes {{ {lane.id} }}")
+                if rc == 0:
+                    present.add(lane.id)
+            if not {lane.id for lane in DEFAULT_LANES} <= present:
+                raise CniError(
+                    KERNEL_FAILURE,
+                    f"nft table {T} exists but is not in the shape portmap made it",
+                    f"delete it (nft delete table {T}) and re-add the containers",
+                )
+        for lane in lanes:
+            if lane.id not in present:
+                lines += lane.create_text()
+        return lines
+
+    def _collisions(self, nft: Nft, wanted: list[Element], att: Attachment) -> list[Element]:
+        """After a failed transaction: raise CONFLICT naming the owner of what we collided
+        with; return our own live elements among `wanted` (leftovers) otherwise."""
+        live = nft.get(wanted)
+        own = []
+        for e in wanted:
+            if e not in live:
+                continue
+            comment, data = live[e]
+            owner_tag = tag_of(comment)
+            if owner_tag == att.tag:
+                own.append(e)
+                continue
+            owner = state.owner_name(self.sd, owner_tag, comment.partition(" ")[2] or owner_tag)
+            if e.is_claim:
+                addr, proto, port = e.key.split(" . ")
+                where = f"{'*' if addr in ANY.values() else addr}:{port}/{proto}"
+                raise CniError(
+                    CONFLICT,
+                    f"host port {where} is already mapped by attachment {owner}",
+                    "remove that mapping first (or use another host port); nothing was changed",
+                )
+            if e.data and data != e.data:
+                raise CniError(
+                    CONFLICT,
+                    f"container address {e.key.split(' . ')[-1]} is already forwarded for "
+                    f"attachment {owner} with different settings ({data})",
+                    "two live attachments cannot share a container address; nothing was changed",
+                )
+        return own
+
+    # -- DEL ---------------------------------------------------------------------------
+
+    def delete(self, att: Attachment, plan: Plan | None) -> list[tuple[int, str | None, int]]:
+        with self.sd.lock(LOCK):
+            data = state.read(self.sd, att)
+            candidates = _state_elements(data)
+            nft = Nft()
+            if candidates and data and data.get("committed") is True:
+                # Fast path (no read, see add): the state says exactly what we own.
+                last = self._last_owner(nft, att)
+                lines = [f"delete table {T}"] if last else delete_text(candidates)
+                rc, _, _ = nft.run("\n".join(lines))
+                if rc == 0:
+                    state.remove(self.sd, att)
+                    return udp_targets(candidates)
+            if candidates is None and plan is not None and not plan.empty:
+                candidates = plan_elements(plan)
+            if candidates is None:
+                mine = sorted(e for e, c in nft.listing() if tag_of(c) == att.tag)
+            else:
+                mine = _owned(nft, candidates, att.tag) if candidates else []
+            if mine:
+                lines = delete_text(mine)
+                if self._last_owner(nft, att):
+                    lines = [f"delete table {T}"]  # leave the host as we found it
+                nft.must(lines, f"delete the port mappings of {att}")
+            state.remove(self.sd, att)
+            return udp_targets(mine)
+
+    def _last_owner(self, nft: Nft, att: Attachment) -> bool:
+        """Whether `att` owns every claim in the table (so the table can go with it).
+        Cheap in the common case: other attachments' state files answer 'no' at once."""
+        own = f"{att.tag}.json"
+        if any(n != own for n in self.sd.names()):
+            return False
+        for family in (4, 6):
+            rc, out, _ = nft.run(f"list set {T} claims{family}")
+            if rc != 0:
+                return False
+            if any(tag_of(c) != att.tag for c, _ in parse_get_output(out).values()):
+                return False
+        return True
+
+    # -- CHECK -------------------------------------------------------------------------
+
+    def check(self, plan: Plan) -> None:
+        att = plan.attachment
+        wanted = plan_elements(plan)
+        nft = Nft()
+        problems = []
+        for lane in plan_lanes(plan):
+            rc, _, _ = nft.run(f"get element {T} lanes {{ {lane.id} }}")
+            if rc != 0:
+                problems.append(f"the IPv{lane.family} lookup rules of {T} are missing")
+        live = nft.get(wanted)
+        for e in wanted:
+            if e not in live:
+                problems.append(
+                    f"{e.set} has no element {e.key}" + (f" : {e.data}" if e.data else "")
+                )
+                continue
+            comment, data = live[e]
+            if tag_of(comment) != att.tag:
+                problems.append(f"{e.set} {e.key} belongs to {comment.partition(' ')[2]}")
+            elif e.data and data != e.data:
+                problems.append(f"{e.set} {e.key} maps to {data}, expected {e.data}")
+        if problems:
+            raise CniError(
+                CHECK_FAILED,
+                f"port mappings of {att} differ from the config",
+                "; ".join(problems[:10])
+                + (f" (+{len(problems) - 10} more)" if len(problems) > 10 else ""),
+            )
+
+    # -- GC / STATUS ---------------------------------------------------------------------
+
+    def gc(self, network_tag: str, valid_tags: set[str]) -> list[tuple[int, str | None, int]]:
+        with self.sd.lock(LOCK):
+            nft = Nft()
+            listing = [(e, tag_of(c)) for e, c in nft.listing() if c]
+            doomed = sorted(
+                e
+                for e, tag in listing
+                if tag.startswith(network_tag + "-") and tag not in valid_tags
+            )
+            for tag in state.tags_of_network(self.sd, network_tag):
+                if tag not in valid_tags:
+                    data = self.sd.read_json(f"{tag}.json")
+                    if isinstance(data, dict) and data.get("backend") == NAME:
+                        state.remove_tag(self.sd, tag)
+            if doomed:
+                survivors = len(listing) - len(doomed)
+                if survivors == 0 and not self.sd.names():
+                    nft.must([f"delete table {T}"], "delete the empty portmap table")
+                else:
+                    nft.must(delete_text(doomed), "delete stale port mappings")
+            return udp_targets(doomed)
+
+    def status(self) -> None:
+        nft = Nft()
+        rc, _, err = nft.run("list tables")
+        if rc != 0:
+            raise CniError(STATUS_UNAVAILABLE, "nftables is not usable here", _first_error(err))

@@ -1,0 +1,197 @@
+"""What one attachment's port mappings should look like in the kernel, as plain data.
+
+Pure: config + prevResult -> a Plan with one FamilyPlan per address family the container
+has. Each FamilyPlan lists the Forwards (host address or any, protocol, host port ->
+container address and port) and how to masquerade. The backends turn this into nft
+elements or iptables rules; DEL, CHECK and GC compare against it.
+
+Masquerading (snat, the default) covers what cannot work without it:
+* hairpin: the container reaching its own host port;
+* a neighbour on the same bridge reaching it through a host port (the reply would go
+  straight over the bridge and never be un-DNATed): sources inside the container's
+  subnet, which is what Go's `-s <container address>/<prefix>` rule means too;
+* localhost: 127.0.0.0/8 sources (IPv4 only; the kernel never routes ::1 off the host).
+`masqAll` masquerades every forwarded connection to the container instead (macvlan/ipvlan).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from common.errors import invalid_config
+from common.result import Result
+from portmap.config import (
+    ANY_ADDRESS,
+    Attachment,
+    PortmapConfig,
+    PortMapping,
+    iptables_to_nft,
+    looks_like_iptables,
+)
+
+ANY = ANY_ADDRESS
+MASQ_NONE = "none"
+MASQ_SUBNET = "subnet"  # container subnet (hairpin, neighbours) and, for IPv4, localhost
+MASQ_ALL = "all"
+
+
+@dataclass(frozen=True)
+class Forward:
+    """host_ip:host_port..+count-1 -> container:container_port..; host_ip None = any."""
+
+    host_ip: str | None
+    protocol: str
+    host_port: int
+    container_port: int
+    count: int = 1
+    mapping: int = 0  # index in portMappings
+
+    def ports(self) -> list[tuple[int, int]]:
+        return [(self.host_port + i, self.container_port + i) for i in range(self.count)]
+
+    def describe(self, family: int) -> str:
+        host = self.host_ip or ANY[family]
+        if family == 6:
+            host = f"[{host}]"
+        ports = str(self.host_port)
+        if self.count > 1:
+            ports += f"-{self.host_port + self.count - 1}"
+        return f"{host}:{ports}/{self.protocol}"
+
+
+@dataclass(frozen=True)
+class FamilyPlan:
+    family: int  # 4 or 6
+    container_ip: str
+    subnet: str  # the container's network address, e.g. "10.88.0.0"
+    prefix_len: int
+    forwards: tuple[Forward, ...]
+    masquerade: str  # MASQ_NONE / MASQ_SUBNET / MASQ_ALL
+    conditions: tuple[str, ...] = ()
+
+    @property
+    def localhost(self) -> bool:
+        """Whether 127.0.0.0/8 sources are forwarded (and need route_localnet)."""
+        return self.family == 4 and self.masquerade != MASQ_NONE
+
+    @property
+    def subnet_cidr(self) -> str:
+        return f"{self.subnet}/{self.prefix_len}"
+
+
+@dataclass(frozen=True)
+class Plan:
+    attachment: Attachment
+    families: tuple[FamilyPlan, ...]
+    skipped: tuple[str, ...] = ()  # human notes: mappings that apply to no family here
+    mark_bit: int = 13  # iptables backend: the "masquerade me" fwmark bit
+    external_mark_chain: str = ""  # iptables backend: jump here instead of SETMARK
+
+    @property
+    def empty(self) -> bool:
+        return not any(f.forwards for f in self.families)
+
+    def udp_ports(self) -> list[tuple[int, str | None, int]]:
+        """(family, host ip or None, host port) of every UDP host port: conntrack to flush."""
+        out: list[tuple[int, str | None, int]] = []
+        for fam in self.families:
+            for fw in fam.forwards:
+                if fw.protocol == "udp":
+                    out.extend((fam.family, fw.host_ip, hp) for hp, _ in fw.ports())
+        return out
+
+
+def container_addresses(prev: Result, ifname: str) -> dict[int, tuple[str, int, str]]:
+    """Per family, the first address of the sandbox interface `ifname`:
+    (address, prefix length, network address)."""
+    import ipaddress
+
+    out: dict[int, tuple[str, int, str]] = {}
+    for ipc in prev.container_ips(ifname):
+        if ipc.family in out:
+            continue
+        try:
+            iface = ipaddress.ip_interface(ipc.address)
+        except ValueError:
+            raise invalid_config(
+                f"prevResult address {ipc.address!r} is not an address with a prefix length"
+            ) from None
+        out[ipc.family] = (
+            iface.ip.compressed,
+            iface.network.prefixlen,
+            iface.network.network_address.compressed,
+        )
+    return out
+
+
+def _forward(m: PortMapping, family: int) -> Forward | None:
+    fam = m.host_family
+    if fam is not None and fam != family:
+        return None  # Go skips a hostIP of the other family
+    host_ip = None if m.is_wildcard else m.host_ip
+    return Forward(host_ip, m.protocol, m.host_port, m.container_port, m.count, m.index)
+
+
+def _masquerade(config: PortmapConfig) -> str:
+    if not config.options.snat:
+        return MASQ_NONE
+    return MASQ_ALL if config.options.masq_all else MASQ_SUBNET
+
+
+def conditions_for(config: PortmapConfig, family: int, backend: str) -> tuple[str, ...]:
+    """The family's conditions in the syntax of `backend` (iptables argv or nft phrases)."""
+    conditions = config.options.conditions(family)
+    if not conditions:
+        return ()
+    key = f"conditionsV{family}"
+    if backend == "nftables" and looks_like_iptables(conditions):
+        return iptables_to_nft(conditions, family, key)
+    if backend == "iptables" and not looks_like_iptables(conditions):
+        raise invalid_config(
+            f"{key} are nft expressions, but the backend is iptables",
+            'give iptables arguments (e.g. ["-s", "10.0.0.0/8"]) or use "backend": "nftables"',
+        )
+    return conditions
+
+
+def make_plan(
+    config: PortmapConfig, attachment: Attachment, prev: Result | None, backend: str = "nftables"
+) -> Plan:
+    addresses = container_addresses(prev, attachment.ifname) if prev else {}
+    families = []
+    used: set[int] = set()
+    for family in (4, 6):
+        if family not in addresses:
+            continue
+        ip, prefix, subnet = addresses[family]
+        forwards = []
+        for m in config.mappings:
+            fw = _forward(m, family)
+            if fw is not None:
+                forwards.append(fw)
+                used.add(m.index)
+        # Specific host addresses first: the iptables backend relies on this order.
+        forwards.sort(key=lambda f: (f.host_ip is None, f.mapping))
+        families.append(
+            FamilyPlan(
+                family=family,
+                container_ip=ip,
+                subnet=subnet,
+                prefix_len=prefix,
+                forwards=tuple(forwards),
+                masquerade=_masquerade(config),
+                conditions=conditions_for(config, family, backend) if forwards else (),
+            )
+        )
+    skipped = tuple(
+        f"{m.describe()}: the container has no IPv{m.host_family or '4/6'} address"
+        for m in config.mappings
+        if m.index not in used
+    )
+    return Plan(
+        attachment,
+        tuple(families),
+        skipped,
+        config.options.mark_masq_bit,
+        config.options.external_set_mark_chain,
+    )

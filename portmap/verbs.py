@@ -1,0 +1,170 @@
+"""portmap's verbs: parse -> plan -> apply (through a backend) -> report.
+
+The host-side extras that do not depend on the backend live here too: route_localnet on
+the interface toward the container (so 127.0.0.1:hostPort can be forwarded) and the UDP
+conntrack flush after ADD and DEL.
+"""
+
+from __future__ import annotations
+
+from common.errors import CHECK_FAILED, KERNEL_FAILURE, CniError, invalid_config
+from common.log import Log
+from common.result import Result
+from common.skel import Request
+from portmap import backend as backends
+from portmap import config as cfg
+from portmap import state
+from portmap.plan import Plan, make_plan
+
+
+def attachment(request: Request) -> cfg.Attachment:
+    return cfg.Attachment(request.network, request.container_id, request.ifname)
+
+
+# ---------------------------------------------------------------------------- host extras
+
+
+def _route_localnet_path(plan: Plan) -> list[tuple[str, str]]:
+    """(container address, /proc path) of route_localnet for each family that needs it."""
+    from portmap.netlink import route_oif_v4
+
+    out = []
+    for fp in plan.families:
+        if fp.forwards and fp.localhost:
+            oif = route_oif_v4(fp.container_ip)
+            if oif:
+                out.append((fp.container_ip, f"/proc/sys/net/ipv4/conf/{oif}/route_localnet"))
+    return out
+
+
+def enable_route_localnet(plan: Plan) -> None:
+    for ip, path in _route_localnet_path(plan):
+        try:
+            with open(path, "w") as f:
+                f.write("1")
+        except OSError as e:
+            raise CniError(
+                KERNEL_FAILURE, f"cannot enable route_localnet toward {ip} ({path})", str(e)
+            ) from None
+
+
+def flush_conntrack(targets: backends.UdpTargets, log: Log) -> None:
+    """Failures are reported in the log only: stale flows are a nuisance, not a failure."""
+    if not targets:
+        return
+    from portmap.netlink import flush_udp_conntrack
+
+    for family in (4, 6):
+        ports = [(ip, port) for fam, ip, port in targets if fam == family]
+        if not ports:
+            continue
+        try:
+            n = flush_udp_conntrack(family, ports)
+            if n:
+                log.info(f"deleted {n} stale IPv{family} UDP conntrack entries")
+        except OSError as e:
+            log.warning(f"could not flush IPv{family} UDP conntrack entries: {e}")
+
+
+# ---------------------------------------------------------------------------- verbs
+
+
+def add(request: Request) -> Result | None:
+    config = cfg.parse(request.conf)
+    prev = request.conf.prev_result
+    if prev is None:
+        raise invalid_config(
+            "portmap must be chained after a plugin that assigns addresses",
+            "the configuration has no prevResult",
+        )
+    if not config.mappings:
+        return None  # pass prevResult through, in the config's cniVersion
+    sd = state.state_dir()
+    backend = backends.choose(config.options, sd, request.log)
+    plan = make_plan(config, attachment(request), prev, backend.name)
+    for note in plan.skipped:
+        request.log.warning(f"skipped {note}")
+    if plan.empty:
+        request.log.warning(f"no address on {request.ifname} to forward ports to")
+        return None
+    enable_route_localnet(plan)
+    backend.add(plan)
+    flush_conntrack(plan.udp_ports(), request.log)
+    return None
+
+
+def delete(request: Request) -> None:
+    att = attachment(request)
+    sd = state.state_dir()
+    try:
+        config = cfg.parse(request.conf)
+    except CniError as e:
+        # A DEL must not fail forever on a config it cannot read: ownership is known
+        # from the kernel and the state file, not from the config.
+        request.log.warning(f"ignoring unreadable portmap config on DEL: {e}")
+        config = cfg.PortmapConfig(cfg.Options(), ())
+    recorded = state.read(sd, att)
+    name = recorded.get("backend") if recorded else None
+    if name not in cfg.BACKENDS:
+        name = backends.resolve(config.options)
+    backend = backends.make(str(name), sd, request.log)
+    plan = None
+    prev = request.conf.prev_result
+    if prev is not None and config.mappings:
+        try:
+            plan = make_plan(config, att, prev, backend.name)
+        except CniError as e:
+            request.log.warning(f"cannot plan from the DEL config: {e}")
+    flush_conntrack(backend.delete(att, plan), request.log)
+
+
+def check(request: Request) -> None:
+    config = cfg.parse(request.conf)
+    prev = request.conf.prev_result
+    if prev is None:
+        raise invalid_config("CHECK needs a prevResult", "the configuration has no prevResult")
+    if not config.mappings:
+        return
+    sd = state.state_dir()
+    backend = backends.choose(config.options, sd, request.log)
+    plan = make_plan(config, attachment(request), prev, backend.name)
+    if plan.empty:
+        return
+    backend.check(plan)
+    for ip, path in _route_localnet_path(plan):
+        try:
+            with open(path) as f:
+                on = f.read().strip() == "1"
+        except OSError:
+            on = False
+        if not on:
+            raise CniError(
+                CHECK_FAILED,
+                f"route_localnet is off on the interface toward {ip}",
+                f"{path} is not 1: 127.0.0.1:hostPort cannot reach the container",
+            )
+
+
+def gc(request: Request) -> None:
+    from common.gc import valid_attachments
+
+    config = cfg.parse(request.conf)
+    sd = state.state_dir()
+    network_tag = cfg.Attachment(request.network, "", "").network_tag
+    valid = {
+        cfg.Attachment(request.network, a.container_id, a.ifname).tag
+        for a in valid_attachments(request.conf.body)
+    }
+    names = {backends.resolve(config.options)}
+    for tag in state.tags_of_network(sd, network_tag):
+        data = sd.read_json(f"{tag}.json")
+        if isinstance(data, dict) and data.get("backend") in cfg.BACKENDS:
+            names.add(str(data["backend"]))
+    for name in sorted(names):
+        backend = backends.make(name, sd, request.log)
+        flush_conntrack(backend.gc(network_tag, valid), request.log)
+
+
+def status(request: Request) -> None:
+    config = cfg.parse(request.conf)
+    backends.choose(config.options, state.state_dir(), request.log).status()

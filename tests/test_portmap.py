@@ -1,0 +1,393 @@
+"""portmap against a real kernel, with real TCP and UDP traffic.
+
+Containers are attached by cni-chain with the Go bridge + host-local and our portmap,
+exactly as a runtime runs a conflist. Every path a host port must serve is exercised:
+another host (a routed netns), the host itself (its own address), 127.0.0.1 (snat),
+a neighbour on the same bridge, and the container itself (hairpin).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+from tests.conftest import Lab
+from tests.harness.plugins import our, run_plugin
+from tests.harness.traffic import echo_server, reaches
+from tests.portmap_world import (
+    EXT4,
+    EXT6,
+    HOST4,
+    HOST4B,
+    HOST6,
+    TABLE,
+    comments,
+    conntrack_udp,
+    make_world,
+    nft_elements,
+    udp_flow,
+)
+
+pytestmark = pytest.mark.root
+
+PORTMAP = our("portmap")
+BACKENDS = ["nftables", "iptables"]
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def rules_text(lab: Lab, backend: str) -> str:
+    if backend == "nftables":
+        return lab.host.run("nft", "list", "ruleset", check=False)
+    text = lab.host.run("iptables-legacy-save", "-t", "nat", check=False) + lab.host.run(
+        "ip6tables-legacy-save", "-t", "nat", check=False
+    )
+    lines = (re.sub(r"\[\d+:\d+\]", "", line) for line in text.splitlines())
+    return "\n".join(line for line in lines if not line.startswith("#"))
+
+
+# ---------------------------------------------------------------------------- every path
+
+
+@pytest.mark.parametrize("proto", ["tcp", "udp"])
+def test_every_path_reaches_the_container_ipv4(lab: Lab, backend: str, proto: str) -> None:
+    w = make_world(lab, backend=backend)
+    ctr, sib = lab.ctr, lab.new_netns("sib")
+    w.attach(ctr, f"8080:80/{proto}")
+    w.attach(sib)
+    with echo_server(ctr, 80, proto, "ctr") as server:
+        # another host: the client's address is preserved (no masquerade needed)
+        assert reaches(w.ext, HOST4, 8080, proto) == b"ctr:ping"
+        assert server.peers[-1].endswith(EXT4)
+        # the host itself, through its own address
+        assert reaches(lab.host, HOST4, 8080, proto) == b"ctr:ping"
+        # localhost (snat: route_localnet + masquerade)
+        assert reaches(lab.host, "127.0.0.1", 8080, proto) == b"ctr:ping"
+        # a neighbour on the same bridge, and the container itself (hairpin)
+        assert reaches(sib, HOST4, 8080, proto) == b"ctr:ping"
+        assert reaches(ctr, HOST4, 8080, proto) == b"ctr:ping"
+        assert reaches(ctr, w.gateway(), 8080, proto) == b"ctr:ping"
+    w.detach(ctr)
+    with echo_server(ctr, 80, proto, "ctr"):
+        assert reaches(w.ext, HOST4, 8080, proto, timeout=0.5) is None
+
+
+@pytest.mark.parametrize("proto", ["tcp", "udp"])
+def test_every_path_reaches_the_container_ipv6(lab: Lab, backend: str, proto: str) -> None:
+    w = make_world(lab, "portmap-dualstack.conflist", backend=backend)
+    ctr, sib = lab.ctr, lab.new_netns("sib")
+    w.attach(ctr, f"8080:80/{proto}")
+    w.attach(sib)
+    with echo_server(ctr, 80, proto, "ctr") as server:
+        assert reaches(w.ext, HOST6, 8080, proto) == b"ctr:ping"
+        assert server.peers[-1] == EXT6
+        assert reaches(w.ext, HOST4, 8080, proto) == b"ctr:ping"  # dual-stack: both
+        assert reaches(lab.host, HOST6, 8080, proto) == b"ctr:ping"
+        assert reaches(sib, HOST6, 8080, proto) == b"ctr:ping"
+        assert reaches(ctr, HOST6, 8080, proto) == b"ctr:ping"
+
+
+def test_port_range_maps_each_port_to_its_partner(lab: Lab, backend: str) -> None:
+    w = make_world(lab, backend=backend)
+    w.attach(lab.ctr, "9000-9002:7000/tcp")
+    for i in range(3):
+        with echo_server(lab.ctr, 7000 + i, "tcp", f"p{i}"):
+            assert reaches(w.ext, HOST4, 9000 + i) == f"p{i}:ping".encode()
+
+
+def test_hostip_mapping_wins_over_wildcard_for_its_address(lab: Lab, backend: str) -> None:
+    """Precedence: a specific hostIP serves its own address; the wildcard every other one."""
+    w = make_world(lab, backend=backend)
+    specific, wild = lab.ctr, lab.new_netns("wild")
+    w.attach(wild, "8080:80/tcp")
+    w.attach(specific, f"{HOST4}:8080:80/tcp")
+    with echo_server(specific, 80, "tcp", "specific"), echo_server(wild, 80, "tcp", "wild"):
+        assert reaches(w.ext, HOST4, 8080) == b"specific:ping"
+        assert reaches(w.ext, HOST4B, 8080) == b"wild:ping"
+        w.detach(specific)
+        assert reaches(w.ext, HOST4, 8080) == b"wild:ping"
+
+
+def test_snat_off_keeps_outside_traffic_but_not_hairpin_or_localhost(
+    lab: Lab, backend: str
+) -> None:
+    w = make_world(lab, backend=backend, snat=False)
+    w.attach(lab.ctr, "8080:80/tcp")
+    with echo_server(lab.ctr, 80, "tcp", "ctr"):
+        assert reaches(w.ext, HOST4, 8080) == b"ctr:ping"
+        assert reaches(lab.host, "127.0.0.1", 8080, timeout=0.5) is None
+        assert reaches(lab.ctr, HOST4, 8080, timeout=0.5) is None
+
+
+def test_masq_all_masquerades_outside_clients_too(lab: Lab, backend: str) -> None:
+    w = make_world(lab, backend=backend, masqAll=True)
+    w.attach(lab.ctr, "8080:80/tcp")
+    with echo_server(lab.ctr, 80, "tcp", "ctr") as server:
+        assert reaches(w.ext, HOST4, 8080) == b"ctr:ping"
+        assert server.peers[-1].endswith(w.gateway())
+
+
+@pytest.mark.parametrize(
+    "conditions",
+    [["ip saddr 192.168.77.0/24"], ["-s", "192.168.77.0/24"]],
+    ids=["nft-syntax", "iptables-syntax"],
+)
+def test_conditions_admit_and_exclude_per_attachment(
+    lab: Lab, backend: str, conditions: list[str]
+) -> None:
+    if backend == "iptables" and not conditions[0].startswith("-"):
+        pytest.skip("nft syntax conditions are for the nftables backend")
+    w = make_world(lab, backend=backend, conditionsV4=conditions)
+    w.attach(lab.ctr, "8080:80/tcp")
+    other = lab.new_netns("other")
+    excluded = make_world_conflist_without(lab, w, backend)
+    with echo_server(lab.ctr, 80, "tcp", "ctr"), echo_server(other, 80, "tcp", "other"):
+        assert reaches(w.ext, HOST4, 8080) == b"ctr:ping"  # 192.168.77.2 is admitted
+        # a second network whose conditions exclude the client: its mapping is not used
+        excluded.attach(other, "8081:80/tcp")
+        assert reaches(w.ext, HOST4, 8081, timeout=0.5) is None
+
+
+def make_world_conflist_without(lab: Lab, w: Any, backend: str) -> Any:
+    from tests.portmap_world import World, conflist
+
+    cond = ["ip saddr 10.0.0.0/8"] if backend == "nftables" else ["-s", "10.0.0.0/8"]
+    return World(lab, w.ext, conflist(lab, "portmap-ipv4.conflist", backend=backend,
+                                      conditionsV4=cond))  # fmt: skip
+
+
+# ---------------------------------------------------------------------------- conflicts
+
+
+def test_conflict_names_the_owner_and_installs_nothing(lab: Lab, backend: str) -> None:
+    w = make_world(lab, backend=backend)
+    first, second = lab.ctr, lab.new_netns("second")
+    w.attach(first, "8080:80/tcp")
+    before = rules_text(lab, backend)
+    failed = w.attach(second, "8081:81/tcp", "8080:80/tcp", check=False)
+    assert "8080/tcp is already mapped by attachment" in failed["error"]
+    assert "cmp-portmap4/cnichain-" in failed["error"]  # the owner: network/container/ifname
+    assert rules_text(lab, backend) == before  # not even the free port 8081
+    with echo_server(first, 80, "tcp", "first"):
+        assert reaches(w.ext, HOST4, 8080) == b"first:ping"
+
+
+def test_same_port_on_another_protocol_or_address_is_no_conflict(lab: Lab, backend: str) -> None:
+    w = make_world(lab, backend=backend)
+    a, b, c = lab.ctr, lab.new_netns("b"), lab.new_netns("c")
+    w.attach(a, "8080:80/tcp")
+    w.attach(b, "8080:80/udp")
+    w.attach(c, f"{HOST4B}:8080:80/tcp")
+    with (
+        echo_server(a, 80, "tcp", "a"),
+        echo_server(b, 80, "udp", "b"),
+        echo_server(c, 80, "tcp", "c"),
+    ):
+        assert reaches(w.ext, HOST4, 8080, "tcp") == b"a:ping"
+        assert reaches(w.ext, HOST4, 8080, "udp") == b"b:ping"
+        assert reaches(w.ext, HOST4B, 8080, "tcp") == b"c:ping"
+
+
+# ---------------------------------------------------------------------------- DEL
+
+
+def test_del_removes_only_its_own_mappings_and_is_idempotent(lab: Lab, backend: str) -> None:
+    w = make_world(lab, backend=backend)
+    a, b = lab.ctr, lab.new_netns("b")
+    w.attach(a, "8080:80/tcp")
+    w.attach(b, "8081:80/tcp")
+    w.detach(a)
+    w.detach(a)  # the second DEL finds nothing and succeeds
+    with echo_server(a, 80, "tcp", "a"), echo_server(b, 80, "tcp", "b"):
+        assert reaches(w.ext, HOST4, 8080, timeout=0.5) is None
+        assert reaches(w.ext, HOST4, 8081) == b"b:ping"
+    w.detach(b)
+    assert "8081" not in rules_text(lab, backend)
+    if backend == "nftables":
+        assert TABLE not in lab.host.run("nft", "list", "tables")  # the last one leaves no table
+
+
+def _direct_conf(lab: Lab, backend: str, **extra: Any) -> dict[str, Any]:
+    prev = {
+        "cniVersion": "1.0.0",
+        "interfaces": [{"name": "eth0", "sandbox": lab.ctr.path}],
+        "ips": [{"address": "10.66.0.2/24", "interface": 0}],
+    }
+    conf = {"cniVersion": "1.0.0", "name": "direct", "type": "portmap", "backend": backend}
+    return {**conf, "prevResult": prev, **extra}
+
+
+def _run(lab: Lab, command: str, conf: Any, **kw: Any) -> Any:
+    kw.setdefault("netns", lab.ctr.path)
+    return run_plugin(PORTMAP, command, conf, host=lab.host, env=lab.env, **kw)
+
+
+def test_del_without_prevresult_or_runtimeconfig_or_netns_still_cleans_up(
+    lab: Lab, backend: str
+) -> None:
+    rc = {"portMappings": [{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}]}
+    for variant in ("no-prevresult", "no-runtimeconfig", "no-netns"):
+        _run(lab, "ADD", _direct_conf(lab, backend, runtimeConfig=rc)).ok()
+        assert "8080" in rules_text(lab, backend)
+        conf = _direct_conf(lab, backend, runtimeConfig=rc)
+        kw: dict[str, Any] = {}
+        if variant == "no-prevresult":
+            del conf["prevResult"]
+        elif variant == "no-runtimeconfig":
+            del conf["runtimeConfig"]
+        else:
+            kw["netns"] = "/run/netns/does-not-exist"
+        _run(lab, "DEL", conf, **kw).ok()
+        assert "8080" not in rules_text(lab, backend), variant
+    # and DEL of something never added
+    _run(lab, "DEL", _direct_conf(lab, backend), container_id="never").ok()
+
+
+# ---------------------------------------------------------------------------- CHECK
+
+
+def test_check_verifies_content_and_names_what_differs(lab: Lab, backend: str) -> None:
+    rc = {"portMappings": [{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}]}
+    conf = _direct_conf(lab, backend, runtimeConfig=rc)
+    _run(lab, "ADD", conf).ok()
+    _run(lab, "CHECK", conf).ok()
+    # the config now says another container port: CHECK names the difference
+    moved = _direct_conf(lab, backend, runtimeConfig={
+        "portMappings": [{"hostPort": 8080, "containerPort": 81, "protocol": "tcp"}]})  # fmt: skip
+    out = _run(lab, "CHECK", moved)
+    assert out.returncode != 0 and out.json["code"] == 102
+    assert "81" in out.json["details"]
+    # something removed behind our back: CHECK names it
+    if backend == "nftables":
+        lab.host.run("nft", "delete", "element", *TABLE.split(), "any4", "{ tcp . 8080 }")
+        out = _run(lab, "CHECK", conf)
+        assert out.json["code"] == 102 and "any4 has no element tcp . 8080" in out.json["details"]
+    _run(lab, "DEL", conf).ok()
+
+
+# ---------------------------------------------------------------------------- GC / STATUS
+
+
+def test_gc_removes_every_mapping_of_attachments_no_longer_valid(lab: Lab, backend: str) -> None:
+    """GC reads the whole table back (JSON listing of maps whose data is a concatenation:
+    the libnftables 1.0.6 crash path for JSON *input*; we only ever read JSON)."""
+    base = _direct_conf(lab, backend)
+    for i, cid in enumerate(["keep", "gone1", "gone2"]):
+        rc = {"portMappings": [{"hostPort": 8080 + i, "containerPort": 80, "protocol": "udp"}]}
+        _run(lab, "ADD", {**base, "runtimeConfig": rc}, container_id=cid).ok()
+    valid = [{"containerID": "keep", "ifname": "eth0"}]
+    gc_conf = {"cniVersion": "1.1.0", "name": "direct", "type": "portmap", "backend": backend,
+               "cni.dev/valid-attachments": valid}  # fmt: skip
+    _run(lab, "GC", gc_conf).ok()
+    text = rules_text(lab, backend)
+    assert "8080" in text and "8081" not in text and "8082" not in text
+    state_files = sorted(p.name for p in (lab.state_root / "portmap").glob("*.json"))
+    assert len(state_files) == 1
+    # an attachment of another network is never GC'd by this one
+    other = {**gc_conf, "name": "othernet", "cni.dev/valid-attachments": []}
+    _run(lab, "GC", other).ok()
+    assert "8080" in rules_text(lab, backend)
+
+
+def test_status_and_pass_through(lab: Lab, backend: str) -> None:
+    status = {"cniVersion": "1.1.0", "name": "direct", "type": "portmap", "backend": backend}
+    _run(lab, "STATUS", status).ok()
+    # no mappings: prevResult printed back in the config's version (0.4.0: ips[].version)
+    conf = _direct_conf(lab, backend)
+    conf["cniVersion"] = "0.4.0"
+    out = _run(lab, "ADD", conf).ok().json
+    assert out["cniVersion"] == "0.4.0" and out["ips"][0]["version"] == "4"
+
+
+# ---------------------------------------------------------------------------- conntrack
+
+
+def test_udp_conntrack_of_the_host_port_is_flushed_on_add_and_del(lab: Lab, backend: str) -> None:
+    w = make_world(lab, backend=backend)
+    w.attach(lab.new_netns("first"), "7777:77/tcp")  # NAT rules exist: conntrack is on
+    udp_flow(w.ext, HOST4, 5353)  # a flow to the host before the mapping exists
+    udp_flow(w.ext, HOST4, 5354)  # another port: must survive
+    assert "dport=5353" in conntrack_udp(lab.host, 5353)
+    w.attach(lab.ctr, "5353:53/udp")
+    assert "dport=5353" not in conntrack_udp(lab.host, 5353)
+    assert "dport=5354" in conntrack_udp(lab.host, 5354)
+    with echo_server(lab.ctr, 53, "udp", "ctr"):
+        assert reaches(w.ext, HOST4, 5353, "udp") == b"ctr:ping"
+    assert "dport=5353" in conntrack_udp(lab.host, 5353)
+    w.detach(lab.ctr)
+    assert "dport=5353" not in conntrack_udp(lab.host, 5353)
+    assert "dport=5354" in conntrack_udp(lab.host, 5354)
+
+
+# ---------------------------------------------------------------------------- concurrency
+
+
+def test_fifty_parallel_adds_all_land_and_del_cleans_all(lab: Lab, backend: str) -> None:
+    base = _direct_conf(lab, backend)
+
+    def add(i: int) -> Any:
+        rc = {"portMappings": [{"hostPort": 20000 + i, "containerPort": 80, "protocol": "tcp"}]}
+        return _run(lab, "ADD", {**base, "runtimeConfig": rc}, container_id=f"par{i}")
+
+    with ThreadPoolExecutor(max_workers=50) as pool:
+        runs = list(pool.map(add, range(50)))
+    assert all(r.returncode == 0 for r in runs), [r.stdout for r in runs if r.returncode]
+    text = rules_text(lab, backend)
+    assert all(str(20000 + i) in text for i in range(50))
+
+    def delete(i: int) -> Any:
+        return _run(lab, "DEL", base, container_id=f"par{i}")
+
+    with ThreadPoolExecutor(max_workers=50) as pool:
+        runs = list(pool.map(delete, range(50)))
+    assert all(r.returncode == 0 for r in runs), [r.stdout for r in runs if r.returncode]
+    text = rules_text(lab, backend)
+    assert not any(str(20000 + i) in text for i in range(50))
+
+
+def test_sigkill_mid_add_then_retry_and_clean_del(lab: Lab, backend: str) -> None:
+    """A plugin killed at any point of ADD leaves nothing half-done: a retry succeeds and
+    DEL removes everything (a big range makes ADD slow enough to be hit mid-way)."""
+    rc = {"portMappings": [{"hostPort": 30000, "containerPort": 30000, "protocol": "udp",
+                            "range": 3000}]}  # fmt: skip
+    conf = _direct_conf(lab, backend, runtimeConfig=rc)
+    env = {**os.environ, **lab.env, "CNI_COMMAND": "ADD", "CNI_CONTAINERID": "killed",
+           "CNI_IFNAME": "eth0", "CNI_NETNS": lab.ctr.path, "CNI_PATH": "/usr/lib/cni"}  # fmt: skip
+    for delay in (0.05, 0.15, 0.3):
+        proc = subprocess.Popen(["ip", "netns", "exec", lab.host.name, PORTMAP],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)  # fmt: skip
+        assert proc.stdin is not None
+        proc.stdin.write(json.dumps(conf).encode())
+        proc.stdin.close()
+        time.sleep(delay)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        _run(lab, "ADD", conf, container_id="killed").ok()
+        _run(lab, "CHECK", conf, container_id="killed").ok()
+        _run(lab, "DEL", conf, container_id="killed").ok()
+        assert "30000" not in rules_text(lab, backend)
+        if backend == "nftables":
+            assert not [c for c in comments(lab.host) if "killed" in c]
+    assert not list((lab.state_root / "portmap").glob("*.json"))
+
+
+def test_nft_elements_name_their_owner(lab: Lab, backend: str) -> None:
+    if backend != "nftables":
+        pytest.skip("nft only")
+    w = make_world(lab, backend=backend)
+    w.attach(lab.ctr, "8080:80/tcp")
+    sets = nft_elements(lab.host)
+    assert len(sets["claims4"]) == 1 and len(sets["any4"]) == 1
+    owner = comments(lab.host)[0]
+    assert owner.split(" ")[1].startswith("cmp-portmap4/cnichain-") and owner.endswith("/eth0")

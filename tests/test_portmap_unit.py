@@ -1,0 +1,243 @@
+"""portmap's parse and plan as pure data (no root, no kernel)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from common.config import parse_netconf
+from common.errors import CniError
+from portmap import config as cfg
+from portmap import nft
+from portmap.plan import MASQ_ALL, MASQ_NONE, MASQ_SUBNET, Forward, make_plan
+
+PREV: dict[str, Any] = {
+    "cniVersion": "1.0.0",
+    "interfaces": [
+        {"name": "cni0", "mac": "aa:bb:cc:00:00:01"},
+        {"name": "vethX", "mac": "aa:bb:cc:00:00:02"},
+        {"name": "eth0", "mac": "aa:bb:cc:00:00:03", "sandbox": "/run/netns/x"},
+    ],
+    "ips": [
+        {"address": "10.88.0.1/16", "interface": 0},  # host side: ignored
+        {"address": "10.88.0.5/16", "interface": 2},
+        {"address": "10.88.0.6/16", "interface": 2},  # second v4: Go takes the first
+        {"address": "fd00:88::5/64", "interface": 2},
+    ],
+}
+ATT = cfg.Attachment("net1", "ctr1", "eth0")
+
+
+def conf(mappings: list[dict[str, Any]] | None = None, **keys: Any) -> Any:
+    raw: dict[str, Any] = {"cniVersion": "1.0.0", "name": "net1", "type": "portmap", **keys}
+    if mappings is not None:
+        raw["runtimeConfig"] = {"portMappings": mappings}
+    raw.setdefault("prevResult", PREV)
+    return parse_netconf(raw)
+
+
+def parsed(mappings: list[dict[str, Any]] | None = None, **keys: Any) -> cfg.PortmapConfig:
+    return cfg.parse(conf(mappings, **keys))
+
+
+def error_of(mappings: list[dict[str, Any]] | None = None, **keys: Any) -> CniError:
+    with pytest.raises(CniError) as e:
+        parsed(mappings, **keys)
+    return e.value
+
+
+# ---------------------------------------------------------------------------- parse
+
+
+def test_keys_are_read_case_insensitively_and_protocol_in_any_case() -> None:
+    m = parsed([{"HostPort": 8080, "ContainerPort": 80, "Protocol": "UDP", "HostIP": ""}])
+    assert m.mappings == (cfg.PortMapping(8080, 80, "udp", "", 1, 0),)
+
+
+def test_missing_protocol_means_tcp_and_hostip_is_normalised() -> None:
+    m = parsed([{"hostPort": 1, "containerPort": 2, "hostIP": "[2001:DB8:0::1]"}]).mappings[0]
+    assert (m.protocol, m.host_ip, m.host_family) == ("tcp", "2001:db8::1", 6)
+    mapped = parsed([{"hostPort": 1, "containerPort": 2, "hostIP": "::ffff:10.1.2.3"}])
+    assert mapped.mappings[0].host_ip == "10.1.2.3"
+
+
+@pytest.mark.parametrize(
+    ("mapping", "words"),
+    [
+        ({"hostPort": 0, "containerPort": 80}, "portMappings[0].hostPort is 0"),
+        ({"hostPort": 65536, "containerPort": 80}, "between 1 and 65535"),
+        ({"hostPort": 80, "containerPort": -1}, "portMappings[0].containerPort"),
+        ({"containerPort": 80}, "has no hostPort"),
+        ({"hostPort": "80", "containerPort": 80}, "must be an integer"),
+        ({"hostPort": 80, "containerPort": 80, "protocol": "icmp"}, "tcp, udp or sctp"),
+        ({"hostPort": 80, "containerPort": 80, "hostIP": "10.0.0.300"}, "not an IP address"),
+        ({"hostPort": 65000, "containerPort": 80, "range": 600}, "beyond 65535"),
+        ({"hostPort": 80, "containerPort": 65500, "range": 100}, "containerPort 65500"),
+        ({"hostPort": 80, "containerPort": 80, "range": 0}, "at least 1 port"),
+    ],
+)
+def test_a_bad_mapping_is_error_7_naming_it(mapping: dict[str, Any], words: str) -> None:
+    err = error_of([{"hostPort": 1, "containerPort": 1}, {**mapping}][1:])
+    assert err.code == 7
+    assert words in str(err)
+
+
+def test_duplicate_host_port_in_one_config_is_refused() -> None:
+    err = error_of(
+        [
+            {"hostPort": 9000, "containerPort": 80, "range": 5},
+            {"hostPort": 9003, "containerPort": 90, "hostIP": "0.0.0.0"},
+        ]
+    )
+    assert err.code == 7 and "9003/tcp" in err.msg and "portMappings[0]" in err.msg
+
+
+def test_specific_and_wildcard_on_one_port_are_allowed() -> None:
+    both = [{"hostPort": 80, "containerPort": 80, "hostIP": h} for h in ("", "10.0.0.1")]
+    assert len(parsed(both).mappings) == 2
+
+
+def test_options_defaults_and_validation() -> None:
+    o = parsed([]).options
+    assert (o.snat, o.masq_all, o.mark_masq_bit, o.backend) == (True, False, 13, "")
+    assert error_of([], markMasqBit=32).code == 7
+    assert "both externalSetMarkChain and markMasqBit" in str(
+        error_of([], markMasqBit=1, externalSetMarkChain="KUBE-MARK-MASQ")
+    )
+    assert "unknown" in str(error_of([], backend="ebpf"))
+    assert parsed([], backend="IPTables").options.backend == "iptables"
+
+
+@pytest.mark.parametrize(
+    "condition",
+    ["ip saddr 1.2.3.4; flush ruleset", "ip saddr 1.2.3.4\nflush ruleset", "accept", "jump x"],
+)
+def test_conditions_cannot_escape_or_replace_the_match(condition: str) -> None:
+    assert error_of([], conditionsV4=[condition]).code == 7
+
+
+def test_iptables_conditions_translate_to_nft() -> None:
+    tokens = ("!", "-s", "10.0.0.0/8,192.168.0.0/16", "-i", "eth+")
+    assert cfg.iptables_to_nft(tokens, 4, "conditionsV4") == (
+        "ip saddr != { 10.0.0.0/8, 192.168.0.0/16 }",
+        'iifname "eth*"',
+    )
+    with pytest.raises(CniError) as e:
+        cfg.iptables_to_nft(("-m", "addrtype"), 4, "conditionsV4")
+    assert e.value.code == 7 and "nft syntax" in e.value.details
+
+
+def test_attachment_tag_is_stable_and_names_the_network() -> None:
+    a = cfg.Attachment("testNetName", "ctr", "eth0")
+    assert a.tag == cfg.Attachment("testNetName", "ctr", "eth0").tag
+    assert a.tag != cfg.Attachment("testNetName", "ctr", "eth1").tag
+    assert a.tag.startswith(a.network_tag + "-") and len(a.tag) == 25
+    assert a.comment.startswith(a.tag + " testNetName/ctr/eth0")
+
+
+# ---------------------------------------------------------------------------- plan
+
+
+def test_plan_takes_the_first_sandbox_address_of_each_family() -> None:
+    plan = make_plan(parsed([{"hostPort": 8080, "containerPort": 80}]), ATT, conf().prev_result)
+    v4, v6 = plan.families
+    assert (v4.container_ip, v4.subnet, v4.prefix_len) == ("10.88.0.5", "10.88.0.0", 16)
+    assert (v6.container_ip, v6.subnet, v6.prefix_len) == ("fd00:88::5", "fd00:88::", 64)
+    assert v4.forwards == (Forward(None, "tcp", 8080, 80, 1, 0),)
+    assert v4.masquerade == MASQ_SUBNET and v4.localhost and not v6.localhost
+
+
+def test_plan_skips_a_host_ip_of_the_other_family() -> None:
+    c = parsed([{"hostPort": 1, "containerPort": 1, "hostIP": "::"}])
+    plan = make_plan(c, ATT, conf().prev_result)
+    assert [len(f.forwards) for f in plan.families] == [0, 1]
+    only4 = {**PREV, "ips": PREV["ips"][:2]}
+    plan = make_plan(c, ATT, conf(prevResult=only4).prev_result)
+    assert plan.empty and "no IPv6 address" in plan.skipped[0]
+
+
+def test_plan_masquerade_modes() -> None:
+    prev = conf().prev_result
+    one = [{"hostPort": 1, "containerPort": 1}]
+    assert make_plan(parsed(one, snat=False), ATT, prev).families[0].masquerade == MASQ_NONE
+    assert make_plan(parsed(one, masqAll=True), ATT, prev).families[0].masquerade == MASQ_ALL
+
+
+def test_plan_lists_udp_ports_to_flush() -> None:
+    c = parsed([{"hostPort": 53, "containerPort": 53, "protocol": "udp", "hostIP": "10.1.1.1"}])
+    assert make_plan(c, ATT, conf().prev_result).udp_ports() == [(4, "10.1.1.1", 53)]
+
+
+# ---------------------------------------------------------------------------- nft rendering
+
+
+def test_nft_elements_of_a_plan() -> None:
+    c = parsed(
+        [
+            {"hostPort": 8080, "containerPort": 80, "hostIP": "10.0.0.1"},
+            {"hostPort": 9000, "containerPort": 7000, "protocol": "udp", "range": 2},
+        ]
+    )
+    v4 = make_plan(c, ATT, conf().prev_result).families[0]
+    got = [(e.set, e.key, e.data) for e in nft.family_elements(v4)]
+    assert got == [
+        ("claims4", "10.0.0.1 . tcp . 8080", ""),
+        ("hostip4", "10.0.0.1 . tcp . 8080", "10.88.0.5 . 80"),
+        ("claims4", "0.0.0.0 . udp . 9000", ""),
+        ("any4", "udp . 9000", "10.88.0.5 . 7000"),
+        ("claims4", "0.0.0.0 . udp . 9001", ""),
+        ("any4", "udp . 9001", "10.88.0.5 . 7001"),
+        ("masq4", "10.88.0.5", "goto masq4-p16"),
+        ("hairpin4", "10.88.0.0 . 10.88.0.5", ""),
+    ]
+    text = nft.add_text(nft.family_elements(v4), "tag x")
+    assert text[0].startswith("create element inet cni_meta_portmap claims4 { 10.0.0.1 . tcp")
+    assert all(line.startswith("add element") for line in text[1:])
+
+
+def test_nft_masq_chain_and_lanes() -> None:
+    assert nft.masq_chain_text(4, 16)[2:] == [
+        "add rule inet cni_meta_portmap masq4-p16 ip saddr 127.0.0.0/8 masquerade",
+        "add rule inet cni_meta_portmap masq4-p16 ip saddr & 255.255.0.0 . ip daddr "
+        "@hairpin4 masquerade",
+    ]
+    assert nft.prefix_mask(6, 64) == "ffff:ffff:ffff:ffff::"
+    lane = nft.Lane(4, ("ip saddr 10.0.0.0/8",))
+    assert lane.any_map == f"any4_{lane.id:08x}" and nft.Lane(4, ()).any_map == "any4"
+    assert lane.any_rule() == (
+        f"ip saddr 10.0.0.0/8 meta nfproto ipv4 dnat ip to meta l4proto . th dport map "
+        f"@any4_{lane.id:08x}"
+    )
+
+
+def test_nft_get_output_and_listing_are_parsed() -> None:
+    out = (
+        "table inet cni_meta_portmap {\n\tmap any4 {\n\t\ttype inet_proto . inet_service : "
+        'ipv4_addr . inet_service\n\t\telements = { 6 . 8080 comment "t1 n/c/eth0" : '
+        '10.88.0.5 . 80,\n\t\t\t     udp . 53 comment "t2 x" : 10.88.0.6 . 53 }\n\t}\n}\n'
+    )
+    assert nft.parse_get_output(out) == {
+        "tcp . 8080": ("t1 n/c/eth0", "10.88.0.5 . 80"),
+        "udp . 53": ("t2 x", "10.88.0.6 . 53"),
+    }
+    listing = (
+        '{"nftables": [{"metainfo": {}}, {"map": {"name": "hostip4", "elem": [[{"elem": '
+        '{"val": {"concat": ["10.0.0.1", "tcp", 80]}, "comment": "t1 a"}}, {"concat": '
+        '["10.1.1.1", 8080]}]]}}, {"map": {"name": "masq4", "elem": [[{"elem": {"val": '
+        '"10.1.1.1", "comment": "t1 a"}}, {"goto": {"target": "masq-all"}}]]}}]}'
+    )
+    assert [(e.set, e.key, e.data, c) for e, c in nft.parse_listing(listing)] == [
+        ("hostip4", "10.0.0.1 . tcp . 80", "10.1.1.1 . 8080", "t1 a"),
+        ("masq4", "10.1.1.1", "goto masq-all", "t1 a"),
+    ]
+
+
+def test_udp_targets_come_from_claims() -> None:
+    elements = [
+        nft.Element("claims4", "0.0.0.0 . udp . 53"),
+        nft.Element("claims6", "fd00::1 . udp . 54"),
+        nft.Element("claims4", "0.0.0.0 . tcp . 55"),
+        nft.Element("any4", "udp . 53", "10.0.0.1 . 53"),
+    ]
+    assert nft.udp_targets(elements) == [(4, None, 53), (6, "fd00::1", 54)]
