@@ -1,4 +1,10 @@
-"""bandwidth: table of contents. Until its own issue lands this is a pass-through plugin."""
+"""bandwidth: table of contents.
+
+Limits a container's traffic with tbf: container ingress on the host-side veth, container
+egress on an ifb that the veth's ingress is redirected to (as upstream); inside the
+container netns when its interface is not a veth. The verbs live in bandwidth.verbs,
+imported on first use so that VERSION (podman calls it constantly) stays cheap.
+"""
 
 from __future__ import annotations
 
@@ -11,18 +17,36 @@ if TYPE_CHECKING:
 
 
 def add(request: Request) -> Result | None:
-    return None  # pass prevResult through, in the config's cniVersion
+    from bandwidth import verbs
+
+    return verbs.add(request)
 
 
 def delete(request: Request) -> None:
-    return None
+    from bandwidth import verbs
+
+    verbs.delete(request)
 
 
 def check(request: Request) -> None:
-    return None
+    from bandwidth import verbs
+
+    verbs.check(request)
 
 
-PLUGIN = Plugin(name="bandwidth", add=add, delete=delete, check=check)
+def gc(request: Request) -> None:
+    from bandwidth import verbs
+
+    verbs.gc(request)
+
+
+def status(request: Request) -> None:
+    from bandwidth import verbs
+
+    verbs.status(request)
+
+
+PLUGIN = Plugin(name="bandwidth", add=add, delete=delete, check=check, gc=gc, status=status)
 
 
 def main() -> None:

@@ -1,0 +1,28 @@
+"""sha512/sha256 hex digests without importing hashlib.
+
+hashlib loads OpenSSL's _hashlib (~3 ms, paid on every container start); the builtin
+modules CPython ships give the same digests for the few bytes hashed here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _constructor(name: str) -> Any:
+    for module in ("_sha2", f"_{name}"):  # _sha2 since Python 3.12, _sha512 before
+        try:
+            return getattr(__import__(module), name)
+        except (ImportError, AttributeError):
+            continue
+    import hashlib
+
+    return getattr(hashlib, name)
+
+
+def sha512_hex(data: bytes) -> str:
+    return str(_constructor("sha512")(data).hexdigest())
+
+
+def sha256_hex(data: bytes) -> str:
+    return str(_constructor("sha256")(data).hexdigest())

@@ -1,0 +1,489 @@
+"""What the kernel should hold for one attachment, and how to get there (pure).
+
+* `locate` decides where to shape: on the host-side veth (upstream's way), or, when the
+  container interface is not a veth (macvlan, ipvlan, ...), on that interface inside the
+  container netns.
+* `build` turns the config into a `Plan`: the tbf on the shaped device (traffic leaving
+  it) and the ifb with its tbf (traffic arriving at it, redirected by a u32 filter).
+* `reconcile` compares a plan with what the kernel holds and lists the `Action`s that make
+  the kernel match. ADD, a second ADD and DEL (an empty plan) all go through it, so a
+  second ADD converges instead of failing with "file exists", and DEL removes exactly what
+  this attachment owns. Objects made by someone else are never changed: when the plan
+  needs their place, reconcile raises a CONFLICT error naming them.
+* `differences` is CHECK: every way the kernel differs from the plan, in words.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from bandwidth.config import BandwidthConfig
+from bandwidth.digest import sha512_hex
+from bandwidth.model import (
+    CONTAINER,
+    ETH_P_ALL,
+    FILTER_PRIO,
+    HOST,
+    TBF_HANDLE,
+    DeviceState,
+    Filter,
+    IfbState,
+    Link,
+    Observed,
+    Qdisc,
+    Tbf,
+)
+from bandwidth.tbf import Psched, make_tbf
+from common.errors import CONFLICT, CniError, invalid_config
+from common.result import Result
+
+IFB_PREFIX = "bwp"
+IFNAMSIZ = 15
+ALIAS_PREFIX = "cni-meta-bandwidth"
+IFALIAS_MAX = 255  # IFALIASZ - 1
+
+
+def ifb_name(network: str, container_id: str) -> str:
+    """Upstream's name: "bwp" + the first 12 hex digits of sha512(network + container id)."""
+    digest = sha512_hex((network + container_id).encode())
+    return (IFB_PREFIX + digest)[:IFNAMSIZ]
+
+
+def ifb_alias(network: str, container_id: str, ifname: str) -> str:
+    """The owner, written on the ifb so that GC (and an operator) can tell whose it is."""
+    alias = f"{ALIAS_PREFIX} {network}/{container_id}/{ifname}"
+    return alias.encode()[:IFALIAS_MAX].decode(errors="ignore")
+
+
+def alias_owner(alias: str, network: str) -> tuple[str, str] | None:
+    """(container id, ifname) from an alias of ours on `network`, else None."""
+    prefix = f"{ALIAS_PREFIX} {network}/"
+    if not alias.startswith(prefix):
+        return None
+    parts = alias[len(prefix) :].split("/")
+    if len(parts) != 2 or not all(parts):
+        return None  # truncated: better to keep a device than to delete a stranger's
+    return parts[0], parts[1]
+
+
+# ---------------------------------------------------------------------------- where
+
+
+@dataclass(frozen=True)
+class Placement:
+    mode: str  # HOST or CONTAINER
+    device: Link  # the host veth, or the container interface
+
+
+def locate(container_if: Link, peer: Link | None, prev: Result, ifname: str) -> Placement:
+    """Where to shape, from the container interface and (for a veth) its host-side peer."""
+    if container_if.kind != "veth":
+        return Placement(CONTAINER, container_if)
+    if peer is None or peer.kind != "veth" or peer.peer_index != container_if.index:
+        raise invalid_config(
+            f"the veth peer of container interface {ifname} is not in this network namespace",
+            f"peer ifindex {container_if.peer_index}; bandwidth must run in the netns that "
+            "holds the host side of the veth",
+        )
+    # Results older than 0.3.0 carry no interfaces at all; then the ifindex alone decides.
+    if prev.interfaces and prev.interface_index(peer.name, in_sandbox=False) is None:
+        raise invalid_config(
+            f"host veth {peer.name} (peer of {ifname}) is not listed in prevResult.interfaces",
+            "the plugin that created the veth must report its host side (without sandbox)",
+        )
+    return Placement(HOST, peer)
+
+
+# ---------------------------------------------------------------------------- the plan
+
+
+@dataclass(frozen=True)
+class IfbPlan:
+    name: str
+    mtu: int
+    alias: str
+    tbf: Tbf
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The desired state. `device_tbf` shapes traffic leaving the device; the ifb's tbf
+    shapes traffic arriving at it. On the host veth, leaving = container ingress; on the
+    container interface, leaving = container egress."""
+
+    mode: str
+    device: str
+    device_tbf: Tbf | None = None
+    ifb: IfbPlan | None = None
+    notes: tuple[str, ...] = ()  # for the log: bursts that had to be clamped
+
+    @property
+    def empty(self) -> bool:
+        return self.device_tbf is None and self.ifb is None
+
+
+def build(
+    cfg: BandwidthConfig,
+    placement: Placement,
+    *,
+    network: str,
+    container_id: str,
+    ifname: str,
+    psched: Psched,
+) -> Plan:
+    device = placement.device
+    if placement.mode == HOST:
+        leaving, arriving = cfg.ingress, cfg.egress
+        where = f"host veth {device.name}"
+    else:
+        leaving, arriving = cfg.egress, cfg.ingress
+        where = f"container interface {device.name}"
+    notes: list[str] = []
+    device_tbf = ifb = None
+    if leaving is not None:
+        device_tbf, note = make_tbf(leaving, device.mtu, where, psched)
+        notes += [note] if note else []
+    if arriving is not None:
+        tbf, note = make_tbf(arriving, device.mtu, where, psched)
+        notes += [note] if note else []
+        ifb = IfbPlan(
+            name=ifb_name(network, container_id),
+            mtu=device.mtu,
+            alias=ifb_alias(network, container_id, ifname),
+            tbf=tbf,
+        )
+    return Plan(placement.mode, device.name, device_tbf, ifb, tuple(notes))
+
+
+# ---------------------------------------------------------------------------- actions
+
+
+@dataclass(frozen=True)
+class CreateIfb:
+    name: str
+    mtu: int
+    alias: str
+
+
+@dataclass(frozen=True)
+class UpdateIfb:
+    name: str
+    mtu: int
+    alias: str
+
+
+@dataclass(frozen=True)
+class DeleteIfb:
+    name: str
+
+
+@dataclass(frozen=True)
+class SetTbf:
+    ifb: str  # the ifb to put it on; "" for the shaped device
+    tbf: Tbf
+
+
+@dataclass(frozen=True)
+class DeleteRootQdisc:
+    kind: str
+
+
+@dataclass(frozen=True)
+class AddIngressQdisc:
+    pass
+
+
+@dataclass(frozen=True)
+class DeleteIngressQdisc:
+    pass
+
+
+@dataclass(frozen=True)
+class DeleteFilters:
+    parent: int
+    prio: int
+    protocol: int
+    kind: str
+
+
+@dataclass(frozen=True)
+class AddRedirect:
+    parent: int
+    ifb: str
+
+
+Action = (
+    CreateIfb
+    | UpdateIfb
+    | DeleteIfb
+    | SetTbf
+    | DeleteRootQdisc
+    | AddIngressQdisc
+    | DeleteIngressQdisc
+    | DeleteFilters
+    | AddRedirect
+)
+
+# The order actions run in, whatever mix a reconciliation produces: the ifb and its tbf
+# exist before traffic is redirected to it, and the redirect is gone before the ifb.
+_ORDER: tuple[type, ...] = (
+    CreateIfb,
+    UpdateIfb,
+    AddIngressQdisc,
+    DeleteFilters,
+    DeleteIngressQdisc,
+    DeleteIfb,
+    SetTbf,
+    AddRedirect,
+    DeleteRootQdisc,
+)
+
+
+def _rank(action: Action) -> tuple[int, int]:
+    # The ifb's tbf goes in right after the ifb is made, the device's at the end.
+    if isinstance(action, SetTbf) and action.ifb:
+        return (_ORDER.index(UpdateIfb), 1)
+    return (_ORDER.index(type(action)), 0)
+
+
+@dataclass(frozen=True)
+class Ownership:
+    """What this attachment created on a device it does not own (kept in a state file)."""
+
+    device_tbf: bool = False
+    ingress_qdisc: bool = False
+
+
+@dataclass(frozen=True)
+class Reconciliation:
+    actions: tuple[Action, ...]
+    ownership: Ownership
+    kept: tuple[str, ...] = field(default=())  # foreign objects left alone, for the log
+
+
+# ---------------------------------------------------------------------------- reconcile
+
+
+def _ifb_is_ours(ifb: IfbState | None, alias: str) -> bool:
+    # No alias: made by upstream's plugin or by hand with our hash name; adopt it, as
+    # upstream's DEL would delete it by name.
+    return ifb is not None and ifb.link.kind == "ifb" and ifb.link.alias in ("", alias)
+
+
+def _describe_ifb_owner(ifb: IfbState) -> str:
+    if ifb.link.kind != "ifb":
+        return f"a {ifb.link.kind or 'non-ifb'} device named {ifb.link.name} exists"
+    return f"ifb {ifb.link.name} belongs to {ifb.link.alias!r}"
+
+
+@dataclass(frozen=True)
+class _FilterGroup:
+    prio: int
+    kind: str
+    protocol: int
+    rules: tuple[Filter, ...]
+
+    def describe(self) -> str:
+        return f"{self.kind} filter prio {self.prio}"
+
+
+def _groups(filters: tuple[Filter, ...]) -> list[_FilterGroup]:
+    by_prio: dict[tuple[int, str, int], list[Filter]] = {}
+    for f in filters:
+        by_prio.setdefault((f.prio, f.kind, f.protocol), []).append(f)
+    return [
+        _FilterGroup(prio, kind, proto, tuple(f for f in fs if f.is_rule))
+        for (prio, kind, proto), fs in sorted(by_prio.items())
+    ]
+
+
+def _group_is_ours(group: _FilterGroup, ifb_index: int | None, live: frozenset[int]) -> bool:
+    """Ours: u32 rules that only redirect to our ifb, or to a device that no longer exists
+    (a filter left behind by an earlier run of this attachment, which drops traffic)."""
+    if group.kind != "u32" or not group.rules:
+        return False
+    for rule in group.rules:
+        if rule.other_actions or rule.redirect_to is None:
+            return False
+        if rule.redirect_to != ifb_index and rule.redirect_to in live:
+            return False
+    return True
+
+
+def _group_is_wanted(group: _FilterGroup, ifb_index: int | None) -> bool:
+    return (
+        ifb_index is not None
+        and group.prio == FILTER_PRIO
+        and group.protocol == ETH_P_ALL
+        and len(group.rules) == 1
+        and group.rules[0].match_all
+        and group.rules[0].redirect_to == ifb_index
+    )
+
+
+def _root_is_ours(root: Qdisc | None) -> bool:
+    return root is not None and root.kind == "tbf" and root.handle == TBF_HANDLE
+
+
+def _root_is_default(root: Qdisc | None) -> bool:
+    # The kernel's own root qdiscs (noqueue, pfifo_fast, fq_codel, mq) have handle 0.
+    return root is None or root.handle == 0
+
+
+def reconcile(
+    plan: Plan, observed: Observed, owned: Ownership, *, ifb: str, alias: str
+) -> Reconciliation:
+    """The actions that take the kernel from `observed` to `plan`.
+
+    `ifb` and `alias` name this attachment's ifb even when the plan has none (DEL).
+    Raises CONFLICT before any action when the plan needs a place someone else holds.
+    """
+    actions: list[Action] = []
+    kept: list[str] = []
+    conflicts: list[str] = []
+    ifb_ours = _ifb_is_ours(observed.ifb, alias)
+    ifb_index = observed.ifb.link.index if ifb_ours and observed.ifb else None
+    device_tbf_owned, ingress_owned = owned.device_tbf, owned.ingress_qdisc
+
+    # -- the ifb
+    if plan.ifb is not None:
+        if observed.ifb is None:
+            actions.append(CreateIfb(ifb, plan.ifb.mtu, plan.ifb.alias))
+            actions.append(SetTbf(ifb, plan.ifb.tbf))
+        elif not ifb_ours:
+            conflicts.append(_describe_ifb_owner(observed.ifb))
+        else:
+            link = observed.ifb.link
+            if link.mtu != plan.ifb.mtu or link.alias != plan.ifb.alias or not link.up:
+                actions.append(UpdateIfb(ifb, plan.ifb.mtu, plan.ifb.alias))
+            root = observed.ifb.root
+            if root is None or root.tbf != plan.ifb.tbf.params or root.handle != TBF_HANDLE:
+                actions.append(SetTbf(ifb, plan.ifb.tbf))
+    elif ifb_ours:
+        actions.append(DeleteIfb(ifb))
+
+    device = observed.device
+    if device is not None:
+        # -- the redirect of arriving traffic to the ifb
+        groups = _groups(device.filters)
+        ours = [g for g in groups if _group_is_ours(g, ifb_index, observed.live_indexes)]
+        foreign = [g for g in groups if g.rules and g not in ours]
+        parent = device.filter_parent
+        if plan.ifb is not None:
+            if foreign:
+                conflicts.append(
+                    f"{plan.device} already has ingress filters bandwidth did not create ("
+                    + ", ".join(g.describe() for g in foreign)
+                    + "); redirecting all its traffic to the ifb would bypass them"
+                )
+            wanted = [g for g in ours if _group_is_wanted(g, ifb_index)][:1]
+            for g in ours:
+                if g not in wanted:
+                    actions.append(DeleteFilters(parent, g.prio, g.protocol, g.kind))
+            if device.ingress is None:
+                actions.append(AddIngressQdisc())
+                ingress_owned = True
+            if not wanted:
+                actions.append(AddRedirect(parent, ifb))
+        else:
+            for g in ours:
+                actions.append(DeleteFilters(parent, g.prio, g.protocol, g.kind))
+            ingress = device.ingress
+            if ingress is not None and ingress_owned and ingress.kind == "ingress":
+                if foreign:
+                    kept.append(f"ingress qdisc on {device.link.name}: others' filters use it")
+                else:
+                    actions.append(DeleteIngressQdisc())
+            ingress_owned = False
+
+        # -- the tbf on the device itself
+        root = device.root
+        if plan.device_tbf is not None:
+            if _root_is_ours(root) and root is not None and root.tbf == plan.device_tbf.params:
+                pass
+            elif _root_is_ours(root) or _root_is_default(root):
+                actions.append(SetTbf("", plan.device_tbf))
+            elif root is not None:
+                conflicts.append(
+                    f"{plan.device} already has root qdisc {root.describe()} that bandwidth "
+                    "did not create; remove it or shape this attachment another way"
+                )
+            device_tbf_owned = True
+        else:
+            if device_tbf_owned and _root_is_ours(root) and root is not None:
+                actions.append(DeleteRootQdisc(root.kind))
+            device_tbf_owned = False
+
+    if conflicts:
+        raise CniError(
+            CONFLICT,
+            "bandwidth cannot shape without changing what others configured",
+            "; ".join(conflicts),
+        )
+    ordered = tuple(sorted(actions, key=_rank))
+    return Reconciliation(ordered, Ownership(device_tbf_owned, ingress_owned), tuple(kept))
+
+
+# ---------------------------------------------------------------------------- CHECK
+
+
+def _tbf_differences(what: str, root: Qdisc | None, want: Tbf) -> list[str]:
+    if root is None or root.kind != "tbf" or root.tbf is None:
+        found = root.describe() if root is not None else "none"
+        return [f"{what}: no tbf root qdisc (found {found}), want {want.describe()}"]
+    have = root.tbf
+    out = []
+    if have.rate != want.rate:
+        out.append(f"{what}: tbf rate is {have.rate * 8} bit/s, want {want.rate * 8} bit/s")
+    if have.buffer != want.buffer:
+        out.append(
+            f"{what}: tbf buffer is {have.buffer} ticks, want {want.buffer} "
+            f"(burst {want.burst} bytes)"
+        )
+    if have.limit != want.limit:
+        out.append(f"{what}: tbf limit is {have.limit} bytes, want {want.limit}")
+    return out
+
+
+def _redirect_differences(plan: Plan, device: DeviceState, ifb: IfbState) -> list[str]:
+    out = []
+    if device.ingress is None:
+        return [f"{plan.device}: no ingress qdisc, so nothing is redirected to {ifb.link.name}"]
+    rules = [f for f in device.filters if f.is_rule]
+    redirects = [f for f in rules if f.redirect_to == ifb.link.index and f.match_all]
+    if not redirects:
+        targets = sorted({f.redirect_to for f in rules if f.redirect_to is not None})
+        found = f" (redirects found to ifindex {targets})" if targets else ""
+        out.append(
+            f"{plan.device}: no ingress filter redirects all traffic to {ifb.link.name}"
+            f" (ifindex {ifb.link.index}){found}"
+        )
+    others = [f for f in rules if f not in redirects]
+    if others:
+        out.append(
+            f"{plan.device}: other ingress filters present ("
+            + ", ".join(f"{f.kind} prio {f.prio}" for f in others)
+            + ")"
+        )
+    return out
+
+
+def differences(plan: Plan, observed: Observed) -> list[str]:
+    """CHECK: everything that differs from the plan; empty when the kernel matches."""
+    out: list[str] = []
+    device = observed.device
+    if device is None:
+        return [f"{plan.device}: device not found"] if not plan.empty else []
+    if plan.device_tbf is not None:
+        out += _tbf_differences(plan.device, device.root, plan.device_tbf)
+    if plan.ifb is not None:
+        ifb = observed.ifb
+        if ifb is None or ifb.link.kind != "ifb":
+            return [*out, f"ifb {plan.ifb.name} is missing"]
+        if not ifb.link.up:
+            out.append(f"ifb {plan.ifb.name} is down")
+        if ifb.link.mtu != plan.ifb.mtu:
+            out.append(f"ifb {plan.ifb.name} has MTU {ifb.link.mtu}, want {plan.ifb.mtu}")
+        out += _tbf_differences(f"ifb {plan.ifb.name}", ifb.root, plan.ifb.tbf)
+        out += _redirect_differences(plan, device, ifb)
+    return out

@@ -1,0 +1,106 @@
+"""Per-attachment state file: where an attachment was shaped and what it created there.
+
+The kernel alone cannot tell DEL whether the ingress qdisc on a host veth was made by us
+or was already there (someone else's, to be kept), nor which device was shaped once the
+prevResult is gone. One small JSON file per attachment records it, under
+<state root>/bandwidth/ (see common.state). The ifb additionally carries its owner in
+its alias, so GC still finds leftovers when a state file is lost.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from bandwidth.digest import sha256_hex
+from bandwidth.model import CONTAINER, HOST
+from bandwidth.plan import Ownership
+from common.state import StateDir
+
+PLUGIN = "bandwidth"
+
+
+def state_dir() -> StateDir:
+    return StateDir.for_plugin(PLUGIN)
+
+
+def file_name(network: str, container_id: str, ifname: str) -> str:
+    # Hashed: network names and container ids may both contain "_", so joining them
+    # would not be unambiguous; the file itself holds the clear names.
+    key = json.dumps([network, container_id, ifname]).encode()
+    return sha256_hex(key)[:40] + ".json"
+
+
+@dataclass(frozen=True)
+class Record:
+    network: str
+    container_id: str
+    ifname: str
+    mode: str  # HOST or CONTAINER
+    device: str  # the shaped device's name ...
+    device_index: int  # ... and ifindex, so that a reused name is not mistaken for it
+    netns: str  # the container netns (where CONTAINER mode shapes)
+    ifb: str
+    ownership: Ownership
+
+    @property
+    def file(self) -> str:
+        return file_name(self.network, self.container_id, self.ifname)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "network": self.network,
+            "containerID": self.container_id,
+            "ifname": self.ifname,
+            "mode": self.mode,
+            "device": self.device,
+            "deviceIndex": self.device_index,
+            "netns": self.netns,
+            "ifb": self.ifb,
+            "ownsDeviceTbf": self.ownership.device_tbf,
+            "ownsIngressQdisc": self.ownership.ingress_qdisc,
+        }
+
+    @classmethod
+    def from_json(cls, raw: Any) -> Record | None:
+        """A record, or None for anything that is not one (a foreign or damaged file)."""
+        if not isinstance(raw, dict):
+            return None
+        try:
+            record = cls(
+                network=str(raw["network"]),
+                container_id=str(raw["containerID"]),
+                ifname=str(raw["ifname"]),
+                mode=str(raw["mode"]),
+                device=str(raw["device"]),
+                device_index=int(raw["deviceIndex"]),
+                netns=str(raw.get("netns", "")),
+                ifb=str(raw["ifb"]),
+                ownership=Ownership(
+                    bool(raw.get("ownsDeviceTbf")), bool(raw.get("ownsIngressQdisc"))
+                ),
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
+        return record if record.mode in (HOST, CONTAINER) else None
+
+
+def load(states: StateDir, network: str, container_id: str, ifname: str) -> Record | None:
+    record = Record.from_json(states.read_json(file_name(network, container_id, ifname)))
+    if record is None or (record.network, record.container_id, record.ifname) != (
+        network,
+        container_id,
+        ifname,
+    ):
+        return None
+    return record
+
+
+def all_records(states: StateDir) -> list[Record]:
+    out = []
+    for name in states.names():
+        record = Record.from_json(states.read_json(name))
+        if record is not None and record.file == name:
+            out.append(record)
+    return out

@@ -1,0 +1,342 @@
+"""The one place bandwidth talks to the kernel: links, qdiscs and filters via pyroute2.
+
+`Rtnl` is an rtnetlink socket bound to one network namespace. It reads the kernel into
+the plain values of `bandwidth.model` (`observe`) and carries out the actions a
+`plan.reconcile` produced (`apply`). No decisions are taken here. Messages are built,
+encoded and decoded by pyroute2's `ifinfmsg` / `tcmsg` and its tc modules (tbf rate
+tables, u32 selectors, mirred actions); `bandwidth.netlink` explains why they travel on a
+small blocking socket rather than through `IPRoute`.
+"""
+
+from __future__ import annotations
+
+import errno
+from collections.abc import Iterator
+from contextlib import contextmanager
+from socket import htons, ntohs
+from typing import Any
+
+from bandwidth.model import (
+    ETH_P_ALL,
+    FILTER_PRIO,
+    FLOW_ID,
+    INGRESS_HANDLE,
+    TBF_HANDLE,
+    TC_H_INGRESS,
+    TC_H_ROOT,
+    DeviceState,
+    Filter,
+    IfbState,
+    Link,
+    Observed,
+    Qdisc,
+    TbfParams,
+)
+from bandwidth.netlink import (
+    NLM_F_CREATE,
+    NLM_F_ECHO,
+    NLM_F_EXCL,
+    NLM_F_REPLACE,
+    RTM_DELLINK,
+    RTM_DELQDISC,
+    RTM_DELTFILTER,
+    RTM_GETLINK,
+    RTM_GETQDISC,
+    RTM_GETTFILTER,
+    RTM_NEWLINK,
+    RTM_NEWQDISC,
+    RTM_NEWTFILTER,
+    NetlinkError,
+    RtnlSocket,
+)
+from bandwidth.plan import (
+    Action,
+    AddIngressQdisc,
+    AddRedirect,
+    CreateIfb,
+    DeleteFilters,
+    DeleteIfb,
+    DeleteIngressQdisc,
+    DeleteRootQdisc,
+    SetTbf,
+    UpdateIfb,
+)
+from bandwidth.tbf import Psched
+from common.errors import KERNEL_FAILURE, CniError
+from common.netns import entered
+
+PSCHED = "/proc/net/psched"
+IFF_UP = 0x1
+TCA_EGRESS_REDIR = 1
+MATCH_ALL = ["0x0/0x0+0"]  # u32: 0 under mask 0 at offset 0, i.e. every packet
+CREATE = NLM_F_CREATE | NLM_F_EXCL
+
+
+def read_psched(path: str = PSCHED) -> Psched:
+    try:
+        with open(path) as f:
+            return Psched.parse(f.read())
+    except (OSError, ValueError, IndexError) as e:
+        raise CniError(
+            KERNEL_FAILURE, f"cannot read the kernel's tc clock from {path}", str(e)
+        ) from None
+
+
+# ---------------------------------------------------------------------------- decoding
+
+
+def _link(msg: Any) -> Link:
+    info = msg.get_attr("IFLA_LINKINFO")
+    kind = info.get_attr("IFLA_INFO_KIND") if info is not None else None
+    return Link(
+        index=int(msg["index"]),
+        name=str(msg.get_attr("IFLA_IFNAME") or ""),
+        kind=str(kind or ""),
+        mtu=int(msg.get_attr("IFLA_MTU") or 0),
+        up=bool(msg["flags"] & IFF_UP),
+        alias=str(msg.get_attr("IFLA_IFALIAS") or ""),
+        mac=str(msg.get_attr("IFLA_ADDRESS") or ""),
+        peer_index=msg.get_attr("IFLA_LINK"),
+    )
+
+
+def _qdisc(msg: Any) -> Qdisc:
+    kind = str(msg.get_attr("TCA_KIND") or "")
+    tbf = None
+    if kind == "tbf":
+        options = msg.get_attr("TCA_OPTIONS")
+        parms = options.get_attr("TCA_TBF_PARMS") if options is not None else None
+        if parms is not None:
+            tbf = TbfParams(int(parms["rate"]), int(parms["buffer"]), int(parms["limit"]))
+    return Qdisc(kind, int(msg["handle"]), int(msg["parent"]), tbf)
+
+
+def _redirect_target(act: Any) -> int | None:
+    """The ifindex a mirred egress redirect action sends to, or None for any other action."""
+    if act.get_attr("TCA_ACT_KIND") != "mirred":
+        return None
+    options = act.get_attr("TCA_ACT_OPTIONS")
+    parms = options.get_attr("TCA_MIRRED_PARMS") if options is not None else None
+    if parms is None or parms["eaction"] != TCA_EGRESS_REDIR:
+        return None
+    return int(parms["ifindex"])
+
+
+def _actions(acts: Any) -> tuple[int | None, bool]:
+    """(redirect target, whether there is any other action) of a filter's action list."""
+    entries = [value for name, value in acts.get("attrs", []) if name.startswith("TCA_ACT_PRIO")]
+    targets = [_redirect_target(act) for act in entries]
+    redirect = next((t for t in targets if t is not None), None)
+    return redirect, len(entries) != 1 or redirect is None
+
+
+def _filter(msg: Any) -> Filter:
+    kind = str(msg.get_attr("TCA_KIND") or "")
+    info = int(msg["info"])
+    options = msg.get_attr("TCA_OPTIONS")
+    is_rule = match_all = other = False
+    redirect = None
+    if kind == "u32" and options is not None:
+        selector = options.get_attr("TCA_U32_SEL")
+        if selector is not None:
+            is_rule = True
+            match_all = all(key["key_mask"] == 0 for key in selector["keys"])
+        acts = options.get_attr("TCA_U32_ACT")
+        if acts is not None:
+            is_rule = True
+            redirect, other = _actions(acts)
+    elif options is not None:
+        is_rule = other = True  # a classifier we do not model: someone else's
+    return Filter(
+        parent=int(msg["parent"]),
+        prio=info >> 16,
+        kind=kind,
+        protocol=ntohs(info & 0xFFFF),
+        handle=int(msg["handle"]),
+        is_rule=is_rule,
+        match_all=match_all,
+        redirect_to=redirect,
+        other_actions=other,
+    )
+
+
+# ---------------------------------------------------------------------------- the socket
+
+
+class Rtnl:
+    """An rtnetlink socket in one network namespace ("" = the one we run in)."""
+
+    def __init__(self, netns: str = "") -> None:
+        if netns:
+            # A socket keeps the netns it was opened in: enter, open, come back.
+            with entered(netns):
+                self.nl = RtnlSocket()
+        else:
+            self.nl = RtnlSocket()
+        self.m = self.nl.modules
+
+    def close(self) -> None:
+        self.nl.close()
+
+    def _request(self, *args: Any, tolerate: tuple[int, ...] = (), **kwargs: Any) -> list[Any]:
+        try:
+            return self.nl.request(*args, **kwargs)
+        except NetlinkError as e:
+            if e.errno in tolerate:
+                return []
+            raise
+
+    def _tcmsg(self, index: int, parent: int = 0, handle: int = 0, info: int = 0) -> Any:
+        msg = self.m.tcmsg()
+        msg["index"], msg["parent"], msg["handle"], msg["info"] = index, parent, handle, info
+        return msg
+
+    # -- reading
+
+    def _get_link(self, index: int = 0, name: str = "") -> Link | None:
+        msg = self.m.ifinfmsg()
+        msg["index"] = index
+        if name:
+            msg["attrs"] = [["IFLA_IFNAME", name]]
+        # EINVAL: a name the kernel cannot even look up (too long) names no device either
+        found = self._request(msg, RTM_GETLINK, tolerate=(errno.ENODEV, errno.EINVAL))
+        return _link(found[0]) if found else None
+
+    def link(self, name: str) -> Link | None:
+        return self._get_link(name=name)
+
+    def link_by_index(self, index: int) -> Link | None:
+        if index <= 0:  # e.g. a mirred action whose target device was deleted
+            return None
+        return self._get_link(index=index)
+
+    def links(self) -> list[Link]:
+        return [_link(m) for m in self._request(self.m.ifinfmsg(), RTM_GETLINK, dump=True)]
+
+    def _get_qdisc(self, index: int, parent: int) -> Qdisc | None:
+        # A GET for one parent rather than a dump: a dump lists every qdisc of every
+        # device, hundreds on a busy node. The kernel answers a GET only with ECHO.
+        msg = self._tcmsg(index, parent)
+        found = self._request(msg, RTM_GETQDISC, NLM_F_ECHO, tolerate=(errno.ENOENT, errno.EINVAL))
+        return _qdisc(found[0]) if found else None
+
+    def device_state(self, link: Link) -> DeviceState:
+        qdiscs = tuple(
+            q for q in (self._get_qdisc(link.index, p) for p in (TC_H_ROOT, TC_H_INGRESS)) if q
+        )
+        state = DeviceState(link, qdiscs)
+        if state.ingress is None:
+            return state
+        msg = self._tcmsg(link.index, state.filter_parent)
+        filters = self._request(msg, RTM_GETTFILTER, dump=True)
+        return DeviceState(link, qdiscs, tuple(_filter(m) for m in filters))
+
+    def observe(self, device: Link | None, ifb: str) -> Observed:
+        try:
+            state = self.device_state(device) if device is not None else None
+            ifb_link = self.link(ifb)
+            ifb_state = None
+            if ifb_link is not None:
+                ifb_state = IfbState(ifb_link, self._get_qdisc(ifb_link.index, TC_H_ROOT))
+            targets = {f.redirect_to for f in state.filters} if state else set()
+            live = frozenset(
+                t for t in targets if t is not None and self.link_by_index(t) is not None
+            )
+        except (NetlinkError, TimeoutError) as e:
+            raise CniError(KERNEL_FAILURE, "reading links and qdiscs failed", str(e)) from None
+        return Observed(state, ifb_state, live)
+
+    # -- changing
+
+    def _index(self, name: str) -> int:
+        link = self.link(name)
+        if link is None:
+            raise CniError(KERNEL_FAILURE, f"device {name} vanished while being configured")
+        return link.index
+
+    def apply(self, actions: tuple[Action, ...], device: Link | None) -> None:
+        for action in actions:
+            try:
+                self._apply_one(action, device)
+            except (NetlinkError, TimeoutError) as e:
+                raise CniError(KERNEL_FAILURE, f"{_describe(action)} failed", str(e)) from None
+
+    def _set_link(self, index: int, **attrs: Any) -> None:
+        msg = self.m.ifinfmsg()
+        msg["index"], msg["flags"], msg["change"] = index, IFF_UP, IFF_UP  # and bring it up
+        msg["attrs"] = [[name, value] for name, value in attrs.items()]
+        self._request(msg, RTM_NEWLINK)
+
+    def _apply_one(self, action: Action, device: Link | None) -> None:
+        if isinstance(action, CreateIfb):
+            msg = self.m.ifinfmsg()
+            msg["attrs"] = [
+                ["IFLA_IFNAME", action.name],
+                ["IFLA_MTU", action.mtu],
+                ["IFLA_LINKINFO", {"attrs": [["IFLA_INFO_KIND", "ifb"]]}],
+            ]
+            self._request(msg, RTM_NEWLINK, CREATE)
+            # The kernel ignores IFLA_IFALIAS when it creates a link: set it afterwards.
+            self._set_link(self._index(action.name), IFLA_IFALIAS=action.alias)
+        elif isinstance(action, UpdateIfb):
+            index = self._index(action.name)
+            self._set_link(index, IFLA_MTU=action.mtu, IFLA_IFALIAS=action.alias)
+        elif isinstance(action, DeleteIfb):
+            link = self.link(action.name)
+            if link is not None:
+                msg = self.m.ifinfmsg()
+                msg["index"] = link.index
+                self._request(msg, RTM_DELLINK, tolerate=(errno.ENODEV,))
+        elif isinstance(action, SetTbf):
+            target = self._index(action.ifb) if action.ifb else _need(device).index
+            tbf = action.tbf
+            # pyroute2 computes tbf's buffer and rate table from these (calc_xmittime)
+            options = self.m.sched_tbf.get_parameters(
+                {"rate": tbf.rate, "burst": tbf.burst, "limit": tbf.limit}
+            )
+            msg = self._tcmsg(target, TC_H_ROOT, TBF_HANDLE)
+            msg["attrs"] = [["TCA_KIND", "tbf"], ["TCA_OPTIONS", options]]
+            self._request(msg, RTM_NEWQDISC, NLM_F_CREATE | NLM_F_REPLACE)
+        elif isinstance(action, DeleteRootQdisc):
+            msg = self._tcmsg(_need(device).index, TC_H_ROOT)
+            self._request(msg, RTM_DELQDISC, tolerate=(errno.EINVAL, errno.ENOENT))
+        elif isinstance(action, AddIngressQdisc):
+            msg = self._tcmsg(_need(device).index, TC_H_INGRESS, INGRESS_HANDLE)
+            msg["attrs"] = [["TCA_KIND", "ingress"]]
+            self._request(msg, RTM_NEWQDISC, CREATE, tolerate=(errno.EEXIST,))
+        elif isinstance(action, DeleteIngressQdisc):
+            msg = self._tcmsg(_need(device).index, TC_H_INGRESS, INGRESS_HANDLE)
+            self._request(msg, RTM_DELQDISC, tolerate=(errno.EINVAL, errno.ENOENT))
+        elif isinstance(action, DeleteFilters):
+            info = (action.prio << 16) | htons(action.protocol)
+            msg = self._tcmsg(_need(device).index, action.parent, info=info)
+            self._request(msg, RTM_DELTFILTER, tolerate=(errno.ENOENT, errno.EINVAL))
+        elif isinstance(action, AddRedirect):
+            redirect = {"kind": "mirred", "direction": "egress", "action": "redirect",
+                        "ifindex": self._index(action.ifb)}  # fmt: skip
+            options = self.m.cls_u32.get_parameters(
+                {"target": FLOW_ID, "keys": MATCH_ALL, "action": redirect}
+            )
+            info = (FILTER_PRIO << 16) | htons(ETH_P_ALL)
+            msg = self._tcmsg(_need(device).index, action.parent, info=info)
+            msg["attrs"] = [["TCA_KIND", "u32"], ["TCA_OPTIONS", options]]
+            self._request(msg, RTM_NEWTFILTER, CREATE)
+
+
+def _describe(action: Action) -> str:
+    return type(action).__name__
+
+
+def _need(device: Link | None) -> Link:
+    if device is None:  # reconcile never asks for device actions without a device
+        raise CniError(KERNEL_FAILURE, "no device to configure")
+    return device
+
+
+@contextmanager
+def rtnl(netns: str = "") -> Iterator[Rtnl]:
+    sock = Rtnl(netns)
+    try:
+        yield sock
+    finally:
+        sock.close()

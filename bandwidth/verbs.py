@@ -1,0 +1,294 @@
+"""bandwidth's verbs: parse -> plan -> apply -> report, and DEL/CHECK/GC/STATUS from the
+same pieces (see plan.py for the reasoning, tc.py for the kernel side)."""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from bandwidth import config, record
+from bandwidth.model import CONTAINER, HOST, Link
+from bandwidth.plan import (
+    DeleteIfb,
+    Ownership,
+    Placement,
+    Plan,
+    alias_owner,
+    build,
+    differences,
+    ifb_alias,
+    ifb_name,
+    locate,
+    reconcile,
+)
+from bandwidth.record import Record
+from common.errors import (
+    CHECK_FAILED,
+    INVALID_NETNS,
+    STATUS_UNAVAILABLE,
+    CniError,
+    invalid_config,
+)
+from common.gc import AttachmentId, valid_attachments
+from common.netns import exists
+from common.result import Interface, Result
+from common.skel import Request
+
+if TYPE_CHECKING:
+    from bandwidth.tc import Rtnl
+
+
+def _prev_result(request: Request) -> Result:
+    prev = request.conf.prev_result
+    if prev is None:
+        raise invalid_config(
+            "bandwidth must be called as a chained plugin: the config has no prevResult",
+            "put it after the plugin that creates the interface (e.g. bridge) in a conflist",
+        )
+    return prev
+
+
+def _placement(request: Request, prev: Result, ctr: Rtnl, host: Rtnl) -> Placement:
+    container_if = ctr.link(request.ifname)
+    if container_if is None:
+        raise invalid_config(
+            f"container interface {request.ifname} not found in {request.netns}",
+            "bandwidth must run after the plugin that creates the interface",
+        )
+    peer = None
+    if container_if.kind == "veth" and container_if.peer_index:
+        peer = host.link_by_index(container_if.peer_index)
+    return locate(container_if, peer, prev, request.ifname)
+
+
+@dataclass(frozen=True)
+class Located:
+    """Where one attachment is shaped, what it should look like, and the socket there."""
+
+    placement: Placement
+    plan: Plan
+    sock: Rtnl
+
+
+def _locate_and_plan(request: Request, cfg: config.BandwidthConfig, stack: ExitStack) -> Located:
+    """Open the sockets, find where to shape, build the plan: shared by ADD and CHECK."""
+    from bandwidth import tc
+
+    prev = _prev_result(request)
+    psched = tc.read_psched()
+    ctr = stack.enter_context(tc.rtnl(request.netns))
+    host = stack.enter_context(tc.rtnl())
+    placement = _placement(request, prev, ctr, host)
+    plan = build(
+        cfg,
+        placement,
+        network=request.network,
+        container_id=request.container_id,
+        ifname=request.ifname,
+        psched=psched,
+    )
+    return Located(placement, plan, host if placement.mode == HOST else ctr)
+
+
+def _names(request: Request) -> tuple[str, str]:
+    return (
+        ifb_name(request.network, request.container_id),
+        ifb_alias(request.network, request.container_id, request.ifname),
+    )
+
+
+# ---------------------------------------------------------------------------- ADD
+
+
+def add(request: Request) -> Result | None:
+    cfg = config.parse(request.conf)
+    if not cfg.shapes_anything:
+        return None  # nothing to shape: pass prevResult through, like upstream
+    ifb, alias = _names(request)
+    states = record.state_dir()
+    with ExitStack() as stack:
+        where = _locate_and_plan(request, cfg, stack)
+        device, sock = where.placement.device, where.sock
+        for note in where.plan.notes:
+            request.log.warning(note)
+        with states.lock():
+            previous = record.load(states, request.network, request.container_id, request.ifname)
+            owned = Ownership()
+            if previous is not None and previous.device_index == device.index:
+                owned = previous.ownership
+            result = reconcile(where.plan, sock.observe(device, ifb), owned, ifb=ifb, alias=alias)
+            for kept in result.kept:
+                request.log.info(f"kept {kept}")
+            new = Record(
+                network=request.network,
+                container_id=request.container_id,
+                ifname=request.ifname,
+                mode=where.placement.mode,
+                device=device.name,
+                device_index=device.index,
+                netns=request.netns,
+                ifb=ifb,
+                ownership=result.ownership,
+            )
+            # Written before the kernel changes: whatever happens next, DEL knows what
+            # this attachment may have created.
+            states.write_json(new.file, new.to_json())
+            try:
+                sock.apply(result.actions, device)
+            except CniError:
+                _undo(sock, device, new, request)
+                states.remove(new.file)
+                raise
+            done = ", ".join(type(a).__name__ for a in result.actions) or "nothing to change"
+            request.log.info(f"shaping on {where.placement.mode} device {device.name}: {done}")
+        ifb_link = sock.link(ifb) if where.plan.ifb is not None else None
+    return _report(_prev_result(request), where.placement, ifb_link, request.netns)
+
+
+def _undo(sock: Rtnl, device: Link, rec: Record, request: Request) -> None:
+    """After a failed ADD: remove what this attachment owns, so nothing is half-done."""
+    try:
+        observed = sock.observe(device, rec.ifb)
+        alias = ifb_alias(rec.network, rec.container_id, rec.ifname)
+        result = reconcile(
+            Plan(rec.mode, device.name), observed, rec.ownership, ifb=rec.ifb, alias=alias
+        )
+        sock.apply(result.actions, device)
+    except CniError as e:
+        request.log.error(f"could not undo a failed ADD: {e}")
+
+
+def _report(prev: Result, placement: Placement, ifb: Link | None, netns: str) -> Result:
+    """prevResult plus the ifb (upstream appends it with its name and MAC)."""
+    if ifb is None:
+        return prev
+    sandbox = netns if placement.mode == CONTAINER else ""
+    iface = Interface(name=ifb.name, mac=ifb.mac, sandbox=sandbox)
+    at = prev.interface_index(ifb.name, in_sandbox=bool(sandbox))
+    if at is None:
+        prev.interfaces.append(iface)
+    else:
+        prev.interfaces[at].mac = ifb.mac
+    return prev
+
+
+# ---------------------------------------------------------------------------- DEL / GC
+
+
+def _teardown(host: Rtnl, rec: Record | None, netns: str, ifname: str, *, ifb: str,
+              alias: str) -> None:  # fmt: skip
+    """Remove what one attachment owns; fine when some or all of it is already gone.
+
+    Where to look comes from the attachment's state file; without one (lost, or an
+    attachment made by upstream's plugin), from the container interface as ADD would.
+    """
+
+    with ExitStack() as stack:
+        mode, sock, device = HOST, host, None
+        owned = rec.ownership if rec is not None else Ownership()
+        netns = (rec.netns if rec is not None else "") or netns
+        ctr = _open_netns(stack, netns) if rec is None or rec.mode == CONTAINER else None
+        if rec is not None and rec.mode == CONTAINER:
+            if ctr is None:
+                return  # gone with the netns: the ifb and the qdiscs lived there
+            mode, sock = CONTAINER, ctr
+            link = sock.link(rec.device)
+            device = link if link is not None and link.index == rec.device_index else None
+        elif rec is not None:
+            link = host.link(rec.device)
+            device = link if link is not None and link.index == rec.device_index else None
+        elif ctr is not None:
+            container_if = ctr.link(ifname)
+            if container_if is not None and container_if.kind != "veth":
+                mode, sock, device = CONTAINER, ctr, container_if
+            elif container_if is not None and container_if.peer_index:
+                peer = host.link_by_index(container_if.peer_index)
+                if peer is not None and peer.peer_index == container_if.index:
+                    device = peer
+        observed = sock.observe(device, ifb)
+        plan = Plan(mode, device.name if device is not None else "")
+        result = reconcile(plan, observed, owned, ifb=ifb, alias=alias)
+        sock.apply(result.actions, device)
+
+
+def _open_netns(stack: ExitStack, netns: str) -> Rtnl | None:
+    """A socket in the container netns, or None when it is gone (DEL must still work)."""
+    from bandwidth import tc
+
+    if not exists(netns):
+        return None
+    try:
+        return stack.enter_context(tc.rtnl(netns))
+    except CniError as e:
+        if e.code == INVALID_NETNS:  # e.g. the path exists but is no longer a netns
+            return None
+        raise
+
+
+def delete(request: Request) -> None:
+    from bandwidth import tc
+
+    ifb, alias = _names(request)
+    states = record.state_dir()
+    with states.lock(), tc.rtnl() as host:
+        rec = record.load(states, request.network, request.container_id, request.ifname)
+        _teardown(host, rec, request.netns, request.ifname, ifb=ifb, alias=alias)
+        if rec is not None:
+            states.remove(rec.file)
+
+
+def gc(request: Request) -> None:
+    """Remove the shaping of every attachment on this network that is not still valid."""
+    from bandwidth import tc
+
+    valid = valid_attachments(request.conf.body)
+    network = request.network
+    states = record.state_dir()
+    with states.lock(), tc.rtnl() as host:
+        for rec in record.all_records(states):
+            if rec.network != network or AttachmentId(rec.container_id, rec.ifname) in valid:
+                continue
+            alias = ifb_alias(rec.network, rec.container_id, rec.ifname)
+            _teardown(host, rec, "", rec.ifname, ifb=rec.ifb, alias=alias)
+            states.remove(rec.file)
+            request.log.info(f"gc: removed shaping of {rec.container_id}/{rec.ifname}")
+        # ifbs whose state file is gone still name their owner in their alias.
+        for link in host.links():
+            owner = alias_owner(link.alias, network) if link.kind == "ifb" else None
+            if owner is not None and AttachmentId(*owner) not in valid:
+                host.apply((DeleteIfb(link.name),), None)
+                request.log.info(f"gc: deleted ifb {link.name} of {owner[0]}/{owner[1]}")
+
+
+# ---------------------------------------------------------------------------- CHECK / STATUS
+
+
+def check(request: Request) -> None:
+    cfg = config.parse(request.conf)
+    _prev_result(request)
+    if not cfg.shapes_anything:
+        return
+    ifb, _ = _names(request)
+    with ExitStack() as stack:
+        where = _locate_and_plan(request, cfg, stack)
+        problems = differences(where.plan, where.sock.observe(where.placement.device, ifb))
+    if problems:
+        raise CniError(
+            CHECK_FAILED,
+            f"bandwidth shaping of {request.ifname} differs from the config",
+            "; ".join(problems),
+        )
+
+
+def status(request: Request) -> None:
+    """Ready when pyroute2 loads, the tc clock is readable and netlink answers."""
+    try:
+        from bandwidth import tc
+
+        tc.read_psched()
+        with tc.rtnl() as host:
+            host.link("lo")
+        record.state_dir().ensure()
+    except Exception as e:  # whatever stops us from serving an ADD
+        raise CniError(STATUS_UNAVAILABLE, "bandwidth cannot shape traffic here", str(e)) from e
