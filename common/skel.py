@@ -41,15 +41,23 @@ MAX_STDIN_BYTES = 1 << 20
 class Request:
     """Everything a verb needs: the environment, the parsed config and a logger."""
 
-    __slots__ = ("conf", "env", "environ", "log")
+    __slots__ = ("conf", "env", "environ", "log", "stdin")
 
     def __init__(
-        self, env: Invocation, conf: NetConf, log: Log, environ: Mapping[str, str] | None = None
+        self,
+        env: Invocation,
+        conf: NetConf,
+        log: Log,
+        environ: Mapping[str, str] | None = None,
+        stdin: bytes = b"",
     ) -> None:
         self.env = env
         self.conf = conf
         self.log = log
         self.environ: Mapping[str, str] = environ if environ is not None else {}
+        # The raw config, for what the parsed JSON cannot tell (e.g. a key given twice:
+        # json.loads keeps only the last one).
+        self.stdin = stdin
 
     @property
     def network(self) -> str:
@@ -191,7 +199,7 @@ def run(
         conf = parse_netconf(raw)
         error_version = conf.cni_version
         versions.require_verb(command, conf.cni_version)
-        request = Request(invocation, conf, log, env)
+        request = Request(invocation, conf, log, env, data)
         result = _dispatch(plugin, request)
         if result is not None:
             _emit(out, result.to_json(conf.cni_version))

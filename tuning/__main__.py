@@ -12,37 +12,30 @@ calls VERSION for every plugin on every command) pay nothing for them.
 
 from __future__ import annotations
 
-import os
-import sys
-
-from common.skel import MAX_STDIN_BYTES, Plugin, Request, run
+from common.skel import Plugin, Request
+from common.skel import main as run_plugin
 
 TYPE_CHECKING = False  # avoids importing typing at runtime
 if TYPE_CHECKING:
     from common.result import Result
 
 
-def plugin(stdin: bytes = b"") -> Plugin:
-    """ADD and CHECK also get stdin's bytes: json.loads keeps only the last of two equal
-    keys, and a sysctl key given twice must be refused (as Go's tuning does)."""
+def add(request: Request) -> Result:
+    from tuning.verbs import add
 
-    def add(request: Request) -> Result:
-        from tuning.verbs import add
-
-        return add(request, stdin)
-
-    def check(request: Request) -> None:
-        from tuning.verbs import check
-
-        check(request, stdin)
-
-    return Plugin(name="tuning", add=add, delete=delete, check=check, gc=gc, status=status)
+    return add(request)
 
 
 def delete(request: Request) -> None:
     from tuning.verbs import delete
 
     delete(request)
+
+
+def check(request: Request) -> None:
+    from tuning.verbs import check
+
+    check(request)
 
 
 def gc(request: Request) -> None:
@@ -57,13 +50,11 @@ def status(request: Request) -> None:
     status(request)
 
 
-def main() -> None:
-    if os.environ.get("CNI_COMMAND") not in ("ADD", "CHECK"):
-        sys.exit(run(plugin()))  # skel reads stdin itself; the banner must not wait for it
-    stdin = sys.stdin.buffer.read(MAX_STDIN_BYTES + 1)
-    import io
+PLUGIN = Plugin(name="tuning", add=add, delete=delete, check=check, gc=gc, status=status)
 
-    sys.exit(run(plugin(stdin), stdin=io.BytesIO(stdin)))
+
+def main() -> None:
+    run_plugin(PLUGIN)
 
 
 if __name__ == "__main__":

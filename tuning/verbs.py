@@ -23,8 +23,8 @@ from tuning.backup import BackupStore, originals
 from tuning.plan import link_differences, make_plan, report, sysctl_differences
 
 
-def add(request: Request, stdin: bytes) -> Result:
-    duplicates = config.duplicated_sysctl_keys(stdin)
+def add(request: Request) -> Result:
+    duplicates = config.duplicated_sysctl_keys(request.stdin)
     conf = config.parse(request.conf, request.env, request.environ, duplicates)
     if conf.sysctls:
         keys = [s.key for s in conf.sysctls]
@@ -88,8 +88,8 @@ def delete(request: Request) -> None:
     request.log.info(f"restored originals of {ifname} from {store.path(cid, ifname)}")
 
 
-def check(request: Request, stdin: bytes) -> None:
-    duplicates = config.duplicated_sysctl_keys(stdin)
+def check(request: Request) -> None:
+    duplicates = config.duplicated_sysctl_keys(request.stdin)
     conf = config.parse(request.conf, request.env, request.environ, duplicates)
     plan = make_plan(conf, request.ifname)
     if plan.empty:
