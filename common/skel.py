@@ -80,6 +80,24 @@ def _no_op(_: Request) -> None:
     return None
 
 
+def lazy(target: str) -> Callable[[Request], Any]:
+    """A verb named "module:function", imported on its first call.
+
+    A plugin's table of contents names its verbs this way so that VERSION and the banner -
+    podman calls VERSION for every plugin of every list on every command - never pay for
+    importing them.
+    """
+    module_name, _, attr = target.partition(":")
+
+    def verb(request: Request) -> Any:
+        import importlib
+
+        return getattr(importlib.import_module(module_name), attr)(request)
+
+    verb.__qualname__ = verb.__name__ = attr
+    return verb
+
+
 class Plugin:
     """A plugin's table of contents: which function handles which verb.
 

@@ -5,22 +5,22 @@ plan     portmap/plan.py      the attachment's forwards and masquerading, pure d
 apply    portmap/nft.py       nftables backend (default): map elements, one transaction
          portmap/iptables.py  iptables backend (python-iptables, legacy xtables)
 extras   portmap/netlink.py   route_localnet's interface, UDP conntrack flush
-verbs    portmap/verbs.py     ADD, DEL, CHECK, GC, STATUS on top of the above
+verbs    portmap/verbs.py     ADD, DEL, CHECK, GC, STATUS on top of the above,
+                              imported on first use (VERSION stays cheap)
 """
 
 from __future__ import annotations
 
-from common.skel import Plugin
+from common.skel import Plugin, lazy
 from common.skel import main as run_plugin
-from portmap import verbs
 
 PLUGIN = Plugin(
     name="portmap",
-    add=verbs.add,
-    delete=verbs.delete,
-    check=verbs.check,
-    gc=verbs.gc,
-    status=verbs.status,
+    add=lazy("portmap.verbs:add"),
+    delete=lazy("portmap.verbs:delete"),
+    check=lazy("portmap.verbs:check"),
+    gc=lazy("portmap.verbs:gc"),
+    status=lazy("portmap.verbs:status"),
 )
 
 

@@ -12,45 +12,17 @@ calls VERSION for every plugin on every command) pay nothing for them.
 
 from __future__ import annotations
 
-from common.skel import Plugin, Request
+from common.skel import Plugin, lazy
 from common.skel import main as run_plugin
 
-TYPE_CHECKING = False  # avoids importing typing at runtime
-if TYPE_CHECKING:
-    from common.result import Result
-
-
-def add(request: Request) -> Result:
-    from tuning.verbs import add
-
-    return add(request)
-
-
-def delete(request: Request) -> None:
-    from tuning.verbs import delete
-
-    delete(request)
-
-
-def check(request: Request) -> None:
-    from tuning.verbs import check
-
-    check(request)
-
-
-def gc(request: Request) -> None:
-    from tuning.verbs import gc
-
-    gc(request)
-
-
-def status(request: Request) -> None:
-    from tuning.verbs import status
-
-    status(request)
-
-
-PLUGIN = Plugin(name="tuning", add=add, delete=delete, check=check, gc=gc, status=status)
+PLUGIN = Plugin(
+    name="tuning",
+    add=lazy("tuning.verbs:add"),
+    delete=lazy("tuning.verbs:delete"),
+    check=lazy("tuning.verbs:check"),
+    gc=lazy("tuning.verbs:gc"),
+    status=lazy("tuning.verbs:status"),
+)
 
 
 def main() -> None:
