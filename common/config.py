@@ -11,10 +11,8 @@ from common import versions
 from common.errors import DECODING_FAILURE, CniError, invalid_config
 from common.jsonobj import JsonObject
 from common.result import Result
+from common.skel import MAX_STDIN_BYTES
 
-# Bounded input: a runtime never sends megabytes; a config that large is a mistake or an
-# attack, and reading it whole would cost the node memory and time.
-MAX_STDIN_BYTES = 1 << 20  # common.skel reads at most this (+1) from stdin
 _NETWORK_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.\-]*")
 
 

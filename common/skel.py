@@ -31,7 +31,9 @@ if TYPE_CHECKING:
     AddFn = Callable[["Request"], "Result | None"]
     VerbFn = Callable[["Request"], None]
 
-# Must match common.config.MAX_STDIN_BYTES; kept here so VERSION imports nothing more.
+# Bounded input: a runtime never sends megabytes; a config that large is a mistake or an
+# attack, and reading it whole would cost the node memory and time. common.config.decode
+# refuses more than this (skel reads one byte more so that it can tell).
 MAX_STDIN_BYTES = 1 << 20
 
 
