@@ -8,21 +8,33 @@ imported on first use so that VERSION (podman calls it constantly) stays cheap.
 
 from __future__ import annotations
 
-from common.skel import Plugin, lazy
-from common.skel import main as run_plugin
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from common.skel import Plugin
 
-PLUGIN = Plugin(
-    name="bandwidth",
-    add=lazy("bandwidth.verbs:add"),
-    delete=lazy("bandwidth.verbs:delete"),
-    check=lazy("bandwidth.verbs:check"),
-    gc=lazy("bandwidth.verbs:gc"),
-    status=lazy("bandwidth.verbs:status"),
-)
+
+def plugin() -> Plugin:
+    from common.skel import Plugin, lazy
+
+    return Plugin(
+        name="bandwidth",
+        add=lazy("bandwidth.verbs:add"),
+        delete=lazy("bandwidth.verbs:delete"),
+        check=lazy("bandwidth.verbs:check"),
+        gc=lazy("bandwidth.verbs:gc"),
+        status=lazy("bandwidth.verbs:status"),
+    )
 
 
 def main() -> None:
-    run_plugin(PLUGIN)
+    # A resident helper, when there is one, runs this call with everything preloaded
+    # (and exits); otherwise this process does the work itself.
+    from common.fastpath import delegate
+
+    delegate("bandwidth")
+    from common.skel import main as run_plugin
+
+    run_plugin(plugin())
 
 
 if __name__ == "__main__":

@@ -11,21 +11,33 @@ verbs    portmap/verbs.py     ADD, DEL, CHECK, GC, STATUS on top of the above,
 
 from __future__ import annotations
 
-from common.skel import Plugin, lazy
-from common.skel import main as run_plugin
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from common.skel import Plugin
 
-PLUGIN = Plugin(
-    name="portmap",
-    add=lazy("portmap.verbs:add"),
-    delete=lazy("portmap.verbs:delete"),
-    check=lazy("portmap.verbs:check"),
-    gc=lazy("portmap.verbs:gc"),
-    status=lazy("portmap.verbs:status"),
-)
+
+def plugin() -> Plugin:
+    from common.skel import Plugin, lazy
+
+    return Plugin(
+        name="portmap",
+        add=lazy("portmap.verbs:add"),
+        delete=lazy("portmap.verbs:delete"),
+        check=lazy("portmap.verbs:check"),
+        gc=lazy("portmap.verbs:gc"),
+        status=lazy("portmap.verbs:status"),
+    )
 
 
 def main() -> None:
-    run_plugin(PLUGIN)
+    # A resident helper, when there is one, runs this call with everything preloaded
+    # (and exits); otherwise this process does the work itself.
+    from common.fastpath import delegate
+
+    delegate("portmap")
+    from common.skel import main as run_plugin
+
+    run_plugin(plugin())
 
 
 if __name__ == "__main__":

@@ -12,21 +12,33 @@ calls VERSION for every plugin on every command) pay nothing for them.
 
 from __future__ import annotations
 
-from common.skel import Plugin, lazy
-from common.skel import main as run_plugin
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from common.skel import Plugin
 
-PLUGIN = Plugin(
-    name="tuning",
-    add=lazy("tuning.verbs:add"),
-    delete=lazy("tuning.verbs:delete"),
-    check=lazy("tuning.verbs:check"),
-    gc=lazy("tuning.verbs:gc"),
-    status=lazy("tuning.verbs:status"),
-)
+
+def plugin() -> Plugin:
+    from common.skel import Plugin, lazy
+
+    return Plugin(
+        name="tuning",
+        add=lazy("tuning.verbs:add"),
+        delete=lazy("tuning.verbs:delete"),
+        check=lazy("tuning.verbs:check"),
+        gc=lazy("tuning.verbs:gc"),
+        status=lazy("tuning.verbs:status"),
+    )
 
 
 def main() -> None:
-    run_plugin(PLUGIN)
+    # A resident helper, when there is one, runs this call with everything preloaded
+    # (and exits); otherwise this process does the work itself.
+    from common.fastpath import delegate
+
+    delegate("tuning")
+    from common.skel import main as run_plugin
+
+    run_plugin(plugin())
 
 
 if __name__ == "__main__":

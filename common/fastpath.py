@@ -1,0 +1,139 @@
+"""The plugin side of the resident helper: hand this invocation to it, or return.
+
+A plugin executable calls `delegate(name)` before importing anything else. When a helper
+(common.helper) answers on its socket, the helper forks a worker that already has every
+library loaded; the worker takes over this process's stdin, stdout, stderr, environment,
+namespaces, root, working directory and umask, runs the very same plugin code, and
+reports the exit status, which this process then exits with. When there is no helper, it
+is not root, it declines, or anything at all goes wrong before the worker starts,
+`delegate` returns and the plugin does the work itself: correctness never depends on
+the helper, only start-up time does.
+
+This module runs on every container start, so it imports only builtin modules (`posix`,
+`_socket`; not even `os`) and costs well under a millisecond when no helper is there.
+
+Wire protocol (SOCK_SEQPACKET, so each send is one message):
+  plugin -> helper   b"CNIMETA1\0" name \0 code-id \0 umask \0 env... (NUL-separated)
+  helper -> plugin   b"R" (a worker took the call) or b"F" (declined: do it yourself)
+  plugin -> helper   b"G" with SCM_RIGHTS: stdin, stdout, stderr, the plugin's net, mnt,
+                     user and pid namespaces, its root and its working directory
+  helper -> plugin   b"X" + exit status byte, or b"F" (could not become the plugin: nothing
+                     was run, do it yourself)
+Descriptors travel only once a live worker has answered: a stopped or wedged helper never
+holds the runtime's stdout pipe (which would make the runtime wait on it). And a worker
+runs nothing unless the plugin said "G", so a plugin that gave up waiting and does the
+work itself is never doubled by a late worker. If the plugin dies, the worker is killed.
+"""
+
+from __future__ import annotations
+
+import _socket
+import posix
+import sys
+
+MAGIC = b"CNIMETA1"
+ENV_VAR = b"CNI_META_HELPER"
+DEFAULT_SOCKET = "/run/cni/meta-helper.sock"
+# How long the plugin waits for the helper to say ready before doing the work itself.
+HANDSHAKE_SECONDS = 2.0
+# The descriptors sent, in this order (the helper relies on it).
+PASSED = ("stdin", "stdout", "stderr", "net", "mnt", "user", "pid", "root", "cwd")
+_NS_FILES = ("/proc/self/ns/net", "/proc/self/ns/mnt", "/proc/self/ns/user", "/proc/self/ns/pid")
+_SO_PEERCRED = 17
+
+
+def code_id() -> bytes:
+    """Which installed copy of this code is running: (device, inode) of the package dir.
+
+    A reinstall (deploy/install.sh makes a new tree and swaps a symlink) gives a new
+    inode, so a helper started before an upgrade declines and the new code runs.
+    """
+    st = posix.stat(__file__.rpartition("/")[0] or ".")
+    return b"%d:%d" % (st.st_dev, st.st_ino)
+
+
+def socket_path() -> bytes | None:
+    path = posix.environ.get(ENV_VAR, DEFAULT_SOCKET.encode())
+    if path in (b"", b"off", b"0", b"no"):
+        return None
+    return path
+
+
+def request_message(name: str, umask: int) -> bytes:
+    env = b"\0".join(k + b"=" + v for k, v in posix.environ.items())
+    return b"\0".join((MAGIC, name.encode(), code_id(), b"%o" % umask, env))
+
+
+def _open_passed() -> list[int]:
+    fds: list[int] = []
+    try:
+        for path in _NS_FILES:
+            fds.append(posix.open(path, posix.O_RDONLY | posix.O_CLOEXEC))
+        for path in ("/", "."):
+            fds.append(posix.open(path, posix.O_RDONLY | posix.O_DIRECTORY | posix.O_CLOEXEC))
+    except OSError:
+        for fd in fds:
+            posix.close(fd)
+        raise
+    return [0, 1, 2, *fds]
+
+
+def _peer_is_root(sock: _socket.socket) -> bool:
+    creds = sock.getsockopt(_socket.SOL_SOCKET, _SO_PEERCRED, 12)
+    return int.from_bytes(creds[4:8], sys.byteorder) == 0
+
+
+def delegate(name: str) -> None:
+    """Let the helper run this invocation and exit with its status, or return."""
+    if not posix.environ.get(b"CNI_COMMAND"):
+        return  # the banner: nothing to gain
+    path = socket_path()
+    if path is None or posix.geteuid() != 0:
+        return
+    try:
+        sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_SEQPACKET | _socket.SOCK_CLOEXEC)
+    except OSError:
+        return
+    try:
+        status = _handoff(sock, path, name)
+    except OSError:
+        status = None  # connection refused, timeout, no socket, helper gone before "R"
+    finally:
+        sock.close()
+    if status is not None:
+        posix._exit(status)
+
+
+def _handoff(sock: _socket.socket, path: bytes, name: str) -> int | None:
+    sock.settimeout(HANDSHAKE_SECONDS)
+    sock.connect(path)
+    if not _peer_is_root(sock):
+        return None
+    umask = posix.umask(0o077)
+    posix.umask(umask)
+    sock.send(request_message(name, umask))
+    if sock.recv(16) != b"R":
+        return None  # declined or gone: nothing has been done on our behalf
+    fds = _open_passed()
+    try:
+        rights = b"".join(fd.to_bytes(4, sys.byteorder) for fd in fds)
+        sock.sendmsg([b"G"], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, rights)])
+    finally:
+        for fd in fds[3:]:
+            posix.close(fd)
+    # Committed: the worker is running our invocation. Wait as long as it takes (the
+    # plugins bound their own waits, e.g. lock deadlines).
+    sock.settimeout(None)
+    reply = sock.recv(16)
+    if reply == b"F":
+        return None  # it could not enter our namespaces: nothing ran
+    if len(reply) == 2 and reply[:1] == b"X":
+        return reply[1]
+    # The worker died without an answer (killed, out of memory): like a crashed plugin.
+    # Every verb is safe to retry, so say so.
+    posix.write(
+        1,
+        b'{"code": 11, "msg": "the cni-meta-plugins helper worker ended without an answer",'
+        b' "details": "retry; the plugins recover from interrupted calls"}\n',
+    )
+    return 1

@@ -1,0 +1,372 @@
+"""The resident helper: a fork server that keeps the plugins' libraries loaded.
+
+Every container start execs portmap, bandwidth and tuning; Python then spends most of
+each call importing (pyroute2 alone ~100 ms). The helper imports everything once and
+forks a worker per call. The plugin executable (common.fastpath) passes the worker its
+stdin/stdout/stderr, environment, umask, root, working directory and namespaces; the
+worker enters them and runs exactly the code the executable would have run, in a fresh
+process, so no state survives from one call to the next. The plugin falls back to doing
+the work itself whenever the helper is absent or declines.
+
+Safety:
+- listens on a Unix socket made 0600 by a root process; serves only peers whose
+  credentials (SO_PEERCRED) say uid 0, and the plugin checks the helper is root too;
+- serves only callers in its own user and pid namespaces (anything else declines);
+- serves only callers running the same installed code (see fastpath.code_id);
+- a worker whose plugin dies is killed (the call behaves like a killed plugin).
+
+Run: `cni-meta-helper --socket /run/cni/meta-helper.sock` (foreground; under systemd, or
+the DaemonSet). Plugins find it at that default path or at $CNI_META_HELPER.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import importlib
+import json
+import os
+import select
+import signal
+import socket
+import sys
+import time
+from typing import Any
+
+from common import fastpath
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWNET = 0x40000000
+PLUGINS = ("portmap", "bandwidth", "tuning")
+_MAX_REQUEST = 256 * 1024
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class Declined(Exception):
+    """The helper will not serve this call; the plugin does the work itself."""
+
+
+def _setns(fd: int, nstype: int) -> None:
+    if _libc.setns(fd, nstype) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
+def _same_file(fd: int, path: str) -> bool:
+    a, b = os.fstat(fd), os.stat(path)
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+def preload() -> dict[str, Any]:
+    """Import what the three plugins' verbs use, so that workers start warm.
+
+    Only imports: nothing here opens a socket, a table or a netns-bound context, so a
+    worker in any namespace starts from a clean slate. The real pyroute2 package goes
+    first (tuning's IPRoute needs its __init__; bandwidth then reuses it).
+    """
+    import pyroute2  # noqa: F401
+
+    tables = {}
+    for name in PLUGINS:
+        tables[name] = importlib.import_module(f"{name}.__main__").plugin()
+    for module in (
+        "common.config",
+        "common.env",
+        "common.result",
+        "common.state",
+        "common.gc",
+        "common.netns",
+        "portmap.verbs",
+        "portmap.nft",
+        "portmap.iptables",
+        "portmap.netlink",
+        "bandwidth.verbs",
+        "bandwidth.tc",
+        "tuning.verbs",
+        "tuning.apply",
+        "pyroute2.netlink.exceptions",
+        "ipaddress",
+        "hashlib",
+        "traceback",
+    ):
+        importlib.import_module(module)
+    from bandwidth.netlink import pyroute2 as bandwidth_pyroute2
+    from portmap.iptables import import_iptc
+
+    bandwidth_pyroute2()
+    import_iptc()
+    return tables
+
+
+class Server:
+    def __init__(self, path: str, tables: dict[str, Any], stats: str = "") -> None:
+        self.path = path
+        self.tables = tables
+        self.stats = stats
+        self.code_id = fastpath.code_id()
+        self.listener: socket.socket | None = None
+
+    def bind(self) -> None:
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            probe.connect(self.path)
+        except OSError:
+            pass  # nobody there: a stale socket file at most
+        else:
+            raise SystemExit(f"cni-meta-helper: another helper already serves {self.path}")
+        finally:
+            probe.close()
+        os.makedirs(os.path.dirname(self.path) or ".", mode=0o755, exist_ok=True)
+        if os.path.exists(self.path):
+            os.unlink(self.path)
+        old = os.umask(0o077)
+        try:
+            self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            self.listener.bind(self.path)
+        finally:
+            os.umask(old)
+        os.chmod(self.path, 0o600)
+        self.listener.listen(128)
+        self._inode = os.stat(self.path).st_ino
+
+    def close(self) -> None:
+        if self.listener is not None:
+            self.listener.close()
+            self.listener = None
+            try:
+                if os.stat(self.path).st_ino == self._inode:
+                    os.unlink(self.path)
+            except OSError:
+                pass
+
+    def serve_forever(self, spares: int = 2) -> None:
+        """Keep `spares` workers forked and waiting in accept().
+
+        Forking a ~40 MB interpreter takes a millisecond or more; done ahead of time, it
+        is off the plugin's path. The kernel hands each connection to one waiting worker,
+        which tells this process (its pid on a pipe) so that a replacement is forked.
+        """
+        assert self.listener is not None
+        # Workers are reaped by the kernel; a worker resets this before running a plugin.
+        signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+        taken_r, taken_w = os.pipe2(os.O_CLOEXEC)
+        self.idle: set[int] = set()
+        while True:
+            while len(self.idle) < spares:
+                pid = os.fork()
+                if pid == 0:
+                    os.close(taken_r)
+                    self._spare(taken_w)  # never returns
+                self.idle.add(pid)
+            ready, _, _ = select.select([taken_r], [], [], 1.0)
+            if ready:
+                data = os.read(taken_r, 4096)
+                for i in range(0, len(data) - len(data) % 4, 4):
+                    self.idle.discard(int.from_bytes(data[i : i + 4], sys.byteorder))
+            for pid in list(self.idle):  # a spare killed by someone: replace it
+                try:
+                    os.kill(pid, 0)
+                except ProcessLookupError:
+                    self.idle.discard(pid)
+
+    def stop_spares(self) -> None:
+        for pid in getattr(self, "idle", ()):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+
+    def _spare(self, taken: int) -> None:
+        """A waiting worker: take one call from a root peer, then serve it and exit."""
+        assert self.listener is not None
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+                creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
+            except OSError:
+                continue
+            if int.from_bytes(creds[4:8], sys.byteorder) == 0:
+                break
+            conn.close()  # not root: it gets no answer and does its own work
+        os.write(taken, os.getpid().to_bytes(4, sys.byteorder))
+        os.close(taken)
+        self.listener.close()
+        self._worker(conn)
+
+    # --- in the worker -----------------------------------------------------------------
+
+    def _worker(self, conn: socket.socket) -> None:
+        status = 70
+        try:
+            for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                signal.signal(sig, signal.SIG_DFL)
+            conn.settimeout(fastpath.HANDSHAKE_SECONDS)
+            try:
+                name, environ, umask = self._read_request(conn)
+            except (Declined, OSError, ValueError) as e:
+                self._decline(conn, e)
+            conn.send(b"R")
+            try:
+                self._become_caller(conn)
+            except (Declined, OSError, ValueError) as e:
+                self._decline(conn, e)
+            conn.settimeout(None)
+            self._die_with_caller(conn)
+            status = self._run(name, environ, umask)
+            conn.send(b"X" + bytes([status & 0xFF]))
+        except BaseException:  # noqa: S110 - nothing may escape a forked child; 70 it is
+            pass
+        os._exit(status)
+
+    def _decline(self, conn: socket.socket, why: Exception) -> None:
+        """Tell the plugin to do the work itself, and end this worker (nothing ran)."""
+        with contextlib.suppress(OSError):
+            conn.send(b"F")
+        if str(why):
+            print(f"cni-meta-helper: declined a call: {why}", file=sys.stderr, flush=True)
+        os._exit(0)
+
+    def _read_request(self, conn: socket.socket) -> tuple[str, dict[bytes, bytes], int]:
+        data, _, flags, _ = conn.recvmsg(_MAX_REQUEST)
+        if flags & socket.MSG_TRUNC:
+            raise Declined("request too large")
+        parts = data.split(b"\0")
+        if len(parts) < 4 or parts[0] != fastpath.MAGIC:
+            raise Declined("not a cni-meta-plugins request")
+        name = parts[1].decode()
+        if name not in self.tables:
+            raise Declined(f"unknown plugin {name!r}")
+        if parts[2] != self.code_id:
+            raise Declined("the plugin runs other installed code (restart the helper)")
+        umask = int(parts[3], 8)
+        environ = dict(p.split(b"=", 1) for p in parts[4:] if b"=" in p)
+        return name, environ, umask
+
+    def _become_caller(self, conn: socket.socket) -> None:
+        """Take the plugin's descriptors and enter its namespaces, root and cwd."""
+        data, ancdata, flags, _ = conn.recvmsg(
+            16, socket.CMSG_SPACE(4 * len(fastpath.PASSED)), socket.MSG_CMSG_CLOEXEC
+        )
+        fds: list[int] = []
+        for level, kind, payload in ancdata:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                usable = len(payload) - len(payload) % 4
+                fds += [
+                    int.from_bytes(payload[i : i + 4], sys.byteorder) for i in range(0, usable, 4)
+                ]
+        if data != b"G":
+            os._exit(0)  # the plugin gave up waiting and does the work itself
+        if flags & socket.MSG_CTRUNC or len(fds) != len(fastpath.PASSED):
+            raise Declined("descriptors missing")
+        fd = dict(zip(fastpath.PASSED, fds, strict=True))
+        if not _same_file(fd["user"], "/proc/self/ns/user"):
+            raise Declined("caller in another user namespace")
+        if not _same_file(fd["pid"], "/proc/self/ns/pid"):
+            raise Declined("caller in another pid namespace")
+        if not _same_file(fd["mnt"], "/proc/self/ns/mnt"):
+            _setns(fd["mnt"], CLONE_NEWNS)
+        os.fchdir(fd["root"])
+        os.chroot(".")
+        os.fchdir(fd["cwd"])
+        _setns(fd["net"], CLONE_NEWNET)
+        for target, stream in enumerate(("stdin", "stdout", "stderr")):
+            os.dup2(fd[stream], target)
+        for n in fds:
+            if n > 2:
+                os.close(n)
+
+    def _die_with_caller(self, conn: socket.socket) -> None:
+        """Kill this worker if the plugin process goes away (as if it had been killed)."""
+        import _thread
+
+        def watch() -> None:
+            try:
+                while conn.recv(16):
+                    pass
+            except OSError:
+                pass
+            os.kill(os.getpid(), signal.SIGKILL)
+
+        _thread.start_new_thread(watch, ())
+
+    def _run(self, name: str, environ: dict[bytes, bytes], umask: int) -> int:
+        from common import skel
+
+        started = time.perf_counter()
+        os.umask(umask)
+        os.environb.clear()
+        os.environb.update(environ)
+        sys.argv = [name]
+        sys.stdin = open(0, closefd=False)  # noqa: SIM115 - the process's own streams
+        sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115
+        sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115
+        try:
+            status = skel.run(self.tables[name])
+        except SystemExit as e:
+            status = e.code if isinstance(e.code, int) else 1
+        sys.stdout.flush()
+        sys.stderr.flush()
+        if self.stats:
+            self._record(name, environ, status, time.perf_counter() - started)
+        return status
+
+    def _record(self, name: str, environ: dict[bytes, bytes], status: int, seconds: float) -> None:
+        """One JSON line per call (for bench/): time in the worker and its own memory."""
+        import resource
+
+        private_kb = 0
+        try:
+            with open("/proc/self/smaps_rollup") as f:
+                for line in f:
+                    if line.startswith(("Private_Clean:", "Private_Dirty:")):
+                        private_kb += int(line.split()[1])
+        except OSError:
+            pass
+        line = json.dumps(
+            {
+                "plugin": name,
+                "command": environ.get(b"CNI_COMMAND", b"").decode(errors="replace"),
+                "status": status,
+                "ms": round(seconds * 1000, 3),
+                "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                "private_kb": private_kb,
+            }
+        )
+        try:
+            fd = os.open(self.stats, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            os.write(fd, line.encode() + b"\n")
+            os.close(fd)
+        except OSError:
+            pass
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="cni-meta-helper", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--socket", default=fastpath.DEFAULT_SOCKET, help="Unix socket to serve")
+    ap.add_argument("--stats", default="", help="append one JSON line per call to this file")
+    args = ap.parse_args(argv)
+    if os.geteuid() != 0:
+        raise SystemExit("cni-meta-helper: must run as root (the plugins run as root)")
+    stdin = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(stdin, 0)
+    os.close(stdin)
+    tables = preload()
+    server = Server(args.socket, tables, args.stats)
+    server.bind()
+
+    def stop(signum: int, _frame: Any) -> None:
+        server.close()
+        server.stop_spares()
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    print(
+        f"cni-meta-helper: serving {args.socket} (pid {os.getpid()})", file=sys.stderr, flush=True
+    )
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

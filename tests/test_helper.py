@@ -1,0 +1,310 @@
+"""The resident helper: same results as the plugins alone, and never trusted blindly.
+
+A call served by the helper must be indistinguishable from one the plugin executable runs
+itself (output, exit status, kernel state); the plugin must fall back to doing the work
+itself whenever the helper is absent, stopped, not root, or declines; and a worker must
+die with the plugin process it serves.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from common import fastpath
+from tests.conftest import Lab
+from tests.harness.helper import Helper, running_helper
+from tests.harness.plugins import our, run_plugin
+from tests.harness.traffic import echo_server, reaches
+from tests.portmap_world import HOST4, make_world
+
+pytestmark = pytest.mark.root
+
+CONF = {"cniVersion": "1.0.0", "name": "hnet", "type": "tuning"}
+
+
+def wait_for(predicate: object, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():  # type: ignore[operator]
+            return
+        time.sleep(0.05)
+    raise AssertionError("condition not met in time")
+
+
+@pytest.fixture
+def helper() -> object:
+    with running_helper() as h:
+        yield h
+
+
+def version_via(socket_path: str, **env: str) -> tuple[int, str, str]:
+    p = subprocess.run(
+        [our("portmap")], input=b'{"cniVersion": "0.4.0"}', capture_output=True, check=False,
+        env={**os.environ, "CNI_COMMAND": "VERSION", "CNI_META_HELPER": socket_path, **env},
+    )  # fmt: skip
+    return p.returncode, p.stdout.decode(), p.stderr.decode()
+
+
+def test_served_calls_give_the_same_kernel_state_and_traffic_as_local_ones(
+    lab: Lab, helper: Helper
+) -> None:
+    w = make_world(lab)
+    outcomes = {}
+    for mode in (helper.socket, "off"):
+        lab.env["CNI_META_HELPER"] = mode
+        served_before = len(helper.stats())
+        w.attach(lab.ctr, "8080:80/tcp")
+        # The same ruleset, but for the address host-local hands out this time.
+        ruleset = lab.host.run("nft", "list", "ruleset").replace(w.ip(lab.ctr), "CTR")
+        with echo_server(lab.ctr, 80, "tcp", "ctr"):
+            assert reaches(w.ext, HOST4, 8080, "tcp") == b"ctr:ping"
+        lab.chain.check(w.conflist, lab.ctr)
+        w.detach(lab.ctr)
+        served = [c["command"] for c in helper.stats()[served_before:] if c["plugin"] == "portmap"]
+        outcomes[mode] = (ruleset, served)
+        assert lab.host.run("nft", "list", "ruleset") == ""
+    (rules1, served1), (rules2, served2) = outcomes.values()
+    assert served1 == ["ADD", "CHECK", "DEL"] and served2 == []
+    assert "CTR" in rules1 and rules1 == rules2
+
+
+def test_errors_are_the_same_through_the_helper(lab: Lab, helper: Helper) -> None:
+    bad = {**CONF, "sysctl": {"net.ipv4.conf.eth0/../../../../etc/passwd": "x"}}
+    outs = []
+    for mode in (helper.socket, "off"):
+        p = run_plugin(our("tuning"), "ADD", bad, host=lab.host, netns=lab.ctr.path,
+                       env={**lab.env, "CNI_META_HELPER": mode})  # fmt: skip
+        outs.append((p.returncode, p.stdout))
+    assert outs[0] == outs[1] and outs[0][0] != 0
+    assert json.loads(outs[0][1])["code"] == 7
+    assert [c["status"] for c in helper.stats()] == [1]
+
+
+def test_plugins_fall_back_when_there_is_no_helper(tmp_path: Path) -> None:
+    stale = tmp_path / "stale.sock"
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    s.bind(str(stale))  # bound, never listening: connect is refused
+    try:
+        for path in (str(tmp_path / "absent.sock"), str(stale), str(tmp_path), "off", ""):
+            rc, out, _ = version_via(path)
+            assert rc == 0 and json.loads(out)["cniVersion"] == "0.4.0", path
+    finally:
+        s.close()
+
+
+def test_a_stopped_helper_costs_a_bounded_wait_then_the_plugin_works_alone(
+    helper: Helper,
+) -> None:
+    assert helper.proc is not None
+    frozen = {helper.proc.pid, *helper.children()}
+    for pid in frozen:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        start = time.monotonic()
+        rc, out, _ = version_via(helper.socket)
+        waited = time.monotonic() - start
+    finally:
+        for pid in frozen:
+            os.kill(pid, signal.SIGCONT)
+    assert rc == 0 and json.loads(out)["cniVersion"] == "0.4.0"
+    assert waited >= fastpath.HANDSHAKE_SECONDS * 0.9  # it did wait for the helper...
+    # ...and the worker that finally took the connection ran nothing: the plugin had
+    # already done the work itself.
+    time.sleep(1)
+    assert helper.stats() == []
+
+
+FAKE_HELPER = textwrap.dedent(
+    """
+    import os, socket, sys
+    path, report = sys.argv[1], sys.argv[2]
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    s.bind(path)
+    s.listen(1)
+    open(report + ".ready", "w").close()
+    conn, _ = s.accept()
+    conn.settimeout(5)
+    try:
+        data, anc, _, _ = conn.recvmsg(65536, 1024)
+    except OSError:
+        data, anc = b"", []
+    with open(report, "w") as f:
+        f.write(f"{len(data)} {len(anc)}")
+    """
+)
+
+
+def test_plugins_never_hand_anything_to_a_helper_that_is_not_root() -> None:
+    nobody = pwd.getpwnam("nobody")
+    d = Path(tempfile.mkdtemp(prefix="cni-meta-nobody-"))  # reachable by nobody
+    os.chown(d, nobody.pw_uid, nobody.pw_gid)
+    path, report = str(d / "h.sock"), str(d / "report")
+
+    def drop() -> None:
+        os.setgid(nobody.pw_gid)
+        os.setuid(nobody.pw_uid)
+
+    fake = subprocess.Popen([sys.executable, "-c", FAKE_HELPER, path, report], preexec_fn=drop)
+    try:
+        wait_for(lambda: os.path.exists(report + ".ready"))
+        rc, out, _ = version_via(path)
+        assert rc == 0 and json.loads(out)["cniVersion"] == "0.4.0"
+        fake.wait(timeout=30)
+        # The plugin connected, saw a non-root peer, and sent nothing: no environment,
+        # no stdin/stdout, no namespace descriptors.
+        assert Path(report).read_text() == "0 0"
+    finally:
+        fake.kill()
+        fake.wait()
+        shutil.rmtree(d)
+
+
+def test_the_helper_serves_no_unprivileged_peer(helper: Helper) -> None:
+    nobody = pwd.getpwnam("nobody")
+    probe = textwrap.dedent(
+        f"""
+        import os, socket
+        os.setgid({nobody.pw_gid}); os.setuid({nobody.pw_uid})
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        s.settimeout(10)
+        try:
+            s.connect({helper.socket!r})
+        except PermissionError:
+            raise SystemExit("denied")
+        s.sendmsg([b"CNIMETA1\\0portmap\\0x\\0022\\0CNI_COMMAND=VERSION"])
+        try:
+            print(repr(s.recv(16)))
+        except ConnectionResetError:  # closed with our request unread
+            print(repr(b""))
+        """
+    )
+
+    def probe_run() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-c", probe], capture_output=True, text=True, check=False
+        )
+
+    assert probe_run().stderr.strip() == "denied"  # the socket is 0600 root
+    os.chmod(helper.socket, 0o666)  # as if someone loosened it: credentials still count
+    p = probe_run()
+    assert p.stdout.strip() == "b''", p.stderr  # closed without a word
+    assert helper.stats() == []
+
+
+def raw_request(helper: Helper, message: bytes) -> bytes:
+    """Send a request the way fastpath does; the helper's first answer."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    s.settimeout(10)
+    try:
+        s.connect(helper.socket)
+        s.send(message)
+        return s.recv(16)
+    finally:
+        s.close()
+
+
+@pytest.mark.parametrize(
+    "mangle",
+    [
+        lambda parts: [b"NOTCNI", *parts[1:]],
+        lambda parts: [parts[0], b"flannel", *parts[2:]],
+        lambda parts: [parts[0], parts[1], b"1:2", *parts[3:]],  # other installed code
+    ],
+    ids=["magic", "plugin", "code-id"],
+)
+def test_the_helper_declines_requests_it_cannot_serve_exactly(
+    helper: Helper, mangle: object
+) -> None:
+    parts = fastpath.request_message("portmap", 0o22).split(b"\0")
+    assert raw_request(helper, b"\0".join(mangle(parts))) == b"F"  # type: ignore[operator]
+    assert helper.stats() == []
+
+
+def test_callers_in_another_pid_namespace_are_not_served(helper: Helper) -> None:
+    p = subprocess.run(
+        ["unshare", "--pid", "--fork", "--mount-proc", our("portmap")],
+        input=b"{}", capture_output=True, check=False,
+        env={**os.environ, "CNI_COMMAND": "VERSION", "CNI_META_HELPER": helper.socket},
+    )  # fmt: skip
+    assert p.returncode == 0 and json.loads(p.stdout)["supportedVersions"]
+    assert helper.stats() == []
+    assert "another pid namespace" in helper.log()
+
+
+def worker_in(helper: Helper, netns_path: str) -> int | None:
+    """The helper's child that has entered this network namespace (serving a call)."""
+    target = os.stat(netns_path).st_ino
+    for pid in helper.children():
+        try:
+            if os.stat(f"/proc/{pid}/ns/net").st_ino == target:
+                return pid
+        except FileNotFoundError:
+            pass
+    return None
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_killing_the_plugin_kills_its_worker_before_it_changes_anything(
+    lab: Lab, helper: Helper
+) -> None:
+    w = make_world(lab)
+    w.attach(lab.ctr)  # bridge + host-local + portmap, no mappings yet
+    conf = json.loads(w.conflist.read_text())
+    portmap_conf = {
+        "cniVersion": conf["cniVersion"], "name": conf["name"],
+        **next(p for p in conf["plugins"] if p["type"] == "portmap"),
+        "runtimeConfig": {"portMappings": [
+            {"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}]},
+        "prevResult": w.results[lab.ctr.name],
+    }  # fmt: skip
+    lock_dir = lab.state_root / "portmap"
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    state_before = sorted(os.listdir(lock_dir))
+    rules_before = lab.host.run("nft", "list", "ruleset")
+    env = {**os.environ, **lab.env, "CNI_META_HELPER": helper.socket,
+           "CNI_META_LOCK_TIMEOUT": "120", "CNI_COMMAND": "ADD", "CNI_CONTAINERID": "late",
+           "CNI_IFNAME": "eth0", "CNI_NETNS": lab.ctr.path, "CNI_PATH": "/usr/lib/cni"}  # fmt: skip
+    with open(lock_dir / "nftables.lock", "a+") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # the worker will wait for this
+        plugin = subprocess.Popen(
+            ["ip", "netns", "exec", lab.host.name, our("portmap")], env=env,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )  # fmt: skip
+        try:
+            assert plugin.stdin is not None
+            plugin.stdin.write(json.dumps(portmap_conf).encode())
+            plugin.stdin.close()
+            found: list[int] = []
+            wait_for(lambda: bool(found.append(worker_in(helper, lab.host.path) or 0) or found[-1]))
+            worker = found[-1]
+        finally:
+            plugin.kill()
+            plugin.wait()
+        wait_for(lambda: not pid_alive(worker))  # it went with the plugin, lock still held
+    assert lab.host.run("nft", "list", "ruleset") == rules_before
+    assert sorted(os.listdir(lock_dir)) == state_before + (
+        ["nftables.lock"] if "nftables.lock" not in state_before else []
+    )
+    assert [c for c in helper.stats() if c["command"] == "ADD"] == []
+    w.detach(lab.ctr)
