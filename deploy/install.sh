@@ -7,7 +7,7 @@
 #   deploy/install.sh --uninstall             # remove them again (restores what we displaced)
 #
 # Each installed plugin is a small launcher that execs the interpreter of *our own*
-# environment in isolated mode (python -I): no dependence on the caller's PATH, PYTHON*
+# environment in isolated mode (python -IS): no dependence on the caller's PATH, PYTHON*
 # variables, user site-packages or working directory. The runtime under the launcher is one of:
 #   (default)     a fresh venv in PREFIX/venv with the project pip-installed into it;
 #   --venv DIR    an existing environment that already has cni-meta-plugins (tests, dev);
@@ -131,25 +131,40 @@ uninstall() {
     fi
 }
 
-python_launcher() { # plugin interpreter -> launcher text on stdout
+python_launcher() { # plugin interpreter paths -> launcher text on stdout
     cat <<EOF
-#!$2 -I
+#!$2 -IS
 # $MARKER: $1 (deploy/install.sh). -I: the caller's PYTHON* variables, user site and cwd
-# are ignored, so the plugin behaves the same under every runtime.
-import os
-os.environ["PATH"] = "$SYSTEM_PATH" + (":" + os.environ["PATH"] if os.environ.get("PATH") else "")
+# are ignored, so the plugin behaves the same under every runtime. -S: site.py is not run
+# (it costs a few ms on every container start); the environment's own import paths were
+# resolved when this file was written. The plugins exec no programs: PATH does not matter.
+import sys
+sys.path += $3
 from $1.__main__ import main
 main()
 EOF
 }
 
-shell_launcher() { # plugin interpreter -> launcher text (when the shebang would be too long)
+shell_launcher() { # plugin interpreter paths -> launcher text (when the shebang would be too long)
     cat <<EOF
 #!/bin/sh
 # $MARKER: $1 (deploy/install.sh)
-PATH="$SYSTEM_PATH\${PATH:+:\$PATH}"
-export PATH
-exec "$2" -I -c 'from $1.__main__ import main; main()' "\$@"
+exec "$2" -I -S -c 'import sys; sys.path += $3; from $1.__main__ import main; main()' "\$@"
+EOF
+}
+
+# The import paths site.py would add for the interpreter $1 (as seen from inside $root):
+# its site-packages and whatever their .pth files name (an editable install's source tree).
+site_paths() {
+    "$root$1" -I - "$root" <<'EOF'
+import ast, json, subprocess, sys
+bare = subprocess.run([sys.executable, "-I", "-S", "-c", "import sys; print(sys.path)"],
+                      capture_output=True, text=True, check=True).stdout
+seen = set(ast.literal_eval(bare))
+root = sys.argv[1]
+extra = [p[len(root):] if root and p.startswith(root + "/") else p
+         for p in sys.path if p and p not in seen]
+print(json.dumps(extra))
 EOF
 }
 
@@ -216,6 +231,8 @@ prepare_runtime() { # sets $interp (path as seen from inside root)
 
 install() {
     prepare_runtime
+    paths=""
+    [ -n "$bundle" ] || paths=$(site_paths "$interp") || die "cannot ask $interp for its import paths"
     mkdir -p "$R_BIN" "$R_PREFIX/displaced"
     for p in $plugins; do
         target="$R_BIN/$p"
@@ -225,10 +242,10 @@ install() {
         fi
         if [ -n "$bundle" ]; then
             bundle_launcher "$p" "$interp"
-        elif [ "$(printf '#!%s -I' "$interp" | wc -c)" -lt 127 ]; then
-            python_launcher "$p" "$interp"
+        elif [ "$(printf '#!%s -IS' "$interp" | wc -c)" -lt 127 ]; then
+            python_launcher "$p" "$interp" "$paths"
         else
-            shell_launcher "$p" "$interp"
+            shell_launcher "$p" "$interp" "$paths"
         fi | put_executable "$target"
         say "installed $target"
     done

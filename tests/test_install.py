@@ -134,7 +134,7 @@ def test_default_install_builds_its_own_venv_from_source(tmp_path: Path) -> None
             "--prefix", str(prefix))  # fmt: skip
     assert (prefix / "venv").is_symlink()
     first_line = (bin_dir / "portmap").read_text().splitlines()[0]
-    assert first_line == f"#!{prefix}/venv/bin/python -I"
+    assert first_line == f"#!{prefix}/venv/bin/python -IS"
     for plugin in PLUGINS:
         version(bin_dir / plugin)
     # Not an editable install: the plugins do not depend on this checkout.
