@@ -39,6 +39,7 @@ from common import fastpath
 CLONE_NEWNS = 0x00020000
 CLONE_NEWNET = 0x40000000
 PLUGINS = ("portmap", "bandwidth", "tuning")
+REFILL_DELAY = 0.03  # seconds between a spare taking a call and its replacement's fork
 _MAX_REQUEST = 256 * 1024
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -96,6 +97,9 @@ def preload() -> dict[str, Any]:
 
     bandwidth_pyroute2()
     import_iptc()
+    # Mapped once here, a worker's dlopen is a reference count (a context, which binds
+    # a netlink socket to a namespace, is only ever made in the worker).
+    ctypes.CDLL("libnftables.so.1")
     return tables
 
 
@@ -152,18 +156,23 @@ class Server:
         signal.signal(signal.SIGCHLD, signal.SIG_IGN)
         taken_r, taken_w = os.pipe2(os.O_CLOEXEC)
         self.idle: set[int] = set()
+        refill_at = 0.0
         while True:
-            while len(self.idle) < spares:
+            # Refill at once when no spare is left; otherwise a little later, so that the
+            # fork does not compete for the CPU with the call a spare just took.
+            while len(self.idle) < spares and (not self.idle or time.monotonic() >= refill_at):
                 pid = os.fork()
                 if pid == 0:
                     os.close(taken_r)
                     self._spare(taken_w)  # never returns
                 self.idle.add(pid)
-            ready, _, _ = select.select([taken_r], [], [], 1.0)
+            wait = 1.0 if len(self.idle) >= spares else max(0.0, refill_at - time.monotonic())
+            ready, _, _ = select.select([taken_r], [], [], wait)
             if ready:
                 data = os.read(taken_r, 4096)
                 for i in range(0, len(data) - len(data) % 4, 4):
                     self.idle.discard(int.from_bytes(data[i : i + 4], sys.byteorder))
+                refill_at = time.monotonic() + REFILL_DELAY
             for pid in list(self.idle):  # a spare killed by someone: replace it
                 try:
                     os.kill(pid, 0)
@@ -212,9 +221,13 @@ class Server:
             except (Declined, OSError, ValueError) as e:
                 self._decline(conn, e)
             conn.settimeout(None)
-            self._die_with_caller(conn)
+            finished = self._die_with_caller(conn)
+            started = time.perf_counter()
             status = self._run(name, environ, umask)
+            finished.append(True)  # the plugin may now exit without taking us along
             conn.send(b"X" + bytes([status & 0xFF]))
+            if self.stats:  # after the answer: the plugin does not wait for this
+                self._record(name, environ, status, time.perf_counter() - started)
         except BaseException:  # noqa: S110 - nothing may escape a forked child; 70 it is
             pass
         os._exit(status)
@@ -276,9 +289,12 @@ class Server:
             if n > 2:
                 os.close(n)
 
-    def _die_with_caller(self, conn: socket.socket) -> None:
-        """Kill this worker if the plugin process goes away (as if it had been killed)."""
+    def _die_with_caller(self, conn: socket.socket) -> list[bool]:
+        """Kill this worker if the plugin process goes away before the call is finished
+        (as if the plugin had been killed). Append to the returned list when finished."""
         import _thread
+
+        finished: list[bool] = []
 
         def watch() -> None:
             try:
@@ -286,14 +302,15 @@ class Server:
                     pass
             except OSError:
                 pass
-            os.kill(os.getpid(), signal.SIGKILL)
+            if not finished:
+                os.kill(os.getpid(), signal.SIGKILL)
 
         _thread.start_new_thread(watch, ())
+        return finished
 
     def _run(self, name: str, environ: dict[bytes, bytes], umask: int) -> int:
         from common import skel
 
-        started = time.perf_counter()
         os.umask(umask)
         os.environb.clear()
         os.environb.update(environ)
@@ -307,8 +324,6 @@ class Server:
             status = e.code if isinstance(e.code, int) else 1
         sys.stdout.flush()
         sys.stderr.flush()
-        if self.stats:
-            self._record(name, environ, status, time.perf_counter() - started)
         return status
 
     def _record(self, name: str, environ: dict[bytes, bytes], status: int, seconds: float) -> None:

@@ -251,6 +251,11 @@ install() {
     done
     rmdir "$R_PREFIX/displaced" 2>/dev/null || true
     printf 'bin_dir=%s\nplugins=%s\n' "$bin_dir" "$plugins" >"$R_PREFIX/.cni-meta-plugins"
+    # A resident helper started from the old tree declines calls from the new one (it
+    # checks which installed code calls it); restart it if systemd runs one here.
+    if [ -z "$root" ] && [ -d /run/systemd/system ] && command -v systemctl >/dev/null; then
+        systemctl try-restart cni-meta-helper.service 2>/dev/null || true
+    fi
 }
 
 if [ "$action" = uninstall ]; then
