@@ -14,7 +14,7 @@ CNI_BIN_DIR ?= /opt/cni/bin
 CNI_META_PREFIX ?= /opt/cni-meta-plugins
 INSTALL_APT := python3-venv python3-dev gcc libnftables1 iptables
 
-.PHONY: all deps apt venv lint test test-unit test-runtimes demo bench install uninstall clean
+.PHONY: all deps apt venv lint test test-unit test-runtimes fuzz demo bench install uninstall clean
 
 all: test
 
@@ -43,8 +43,14 @@ lint: deps
 	$(VENV)/bin/mypy
 
 # pytest exits 5 when it collected nothing: that is a failure here, like any non-zero code.
+# The second run puts the plugins' kernel tests through a resident helper (common/helper.py):
+# a served call must behave exactly like one the executable runs itself.
+HELPER_SUITES := tests/test_portmap.py tests/test_bandwidth_netns.py tests/test_tuning.py \
+	tests/test_chain.py
 test: lint
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest $(PYTEST_ARGS)
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -p tests.harness.helper -m root \
+	  $(HELPER_SUITES) $(PYTEST_ARGS)
 
 test-unit: deps
 	$(PY) -m pytest -m "not root" $(PYTEST_ARGS)
@@ -52,11 +58,18 @@ test-unit: deps
 demo: deps
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) tests/demo.py
 
-# Regenerates bench/results/ (takes a while: portmap_scale builds up 5000 attachments).
-BENCHES := startup installed_startup tuning_latency bandwidth_latency bandwidth_accuracy portmap_scale
+# Regenerates bench/results/ (about 20 minutes on a 2-core VM; portmap_scale builds up 5000
+# attachments). `make bench BENCH_ARGS=--quick` is a smoke test of every bench (a few rounds,
+# written to bench/results/raw/quick/, which is not committed); BENCHES="..." picks some.
+BENCHES := startup installed_startup plugin_calls meta_chain podman_run tuning_latency \
+	bandwidth_latency bandwidth_accuracy portmap_scale
+BENCH_ARGS ?=
 bench: deps
 	$(PY) -m pip install -q -e '.[test,bench]' --config-settings editable_mode=compat
-	for b in $(BENCHES); do PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) bench/$$b.py || exit 1; done
+	for b in $(BENCHES); do \
+	  echo "== bench/$$b.py $(BENCH_ARGS)"; \
+	  PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) bench/$$b.py $(BENCH_ARGS) || exit 1; \
+	done
 
 # README: `make install` (or `sudo deploy/install.sh`) puts portmap, bandwidth and tuning
 # into $(CNI_BIN_DIR), running from their own venv under $(CNI_META_PREFIX).
@@ -70,6 +83,14 @@ uninstall:
 # The runtime suites (podman, cnitool, containerd, install) also run in `make test`.
 test-runtimes: deps
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest tests/runtimes tests/test_install.py $(PYTEST_ARGS)
+
+# 10,000 fuzzed calls per plugin against a real kernel (`make test` runs 500 each); about
+# 20 minutes per plugin on a 2-core VM. Figures: one JSON line per plugin in FUZZ_STATS.
+FUZZ_STATS ?= build/fuzz-stats.jsonl
+fuzz: deps
+	mkdir -p "$(dir $(FUZZ_STATS))"
+	HYPOTHESIS_PROFILE=fuzz CNI_META_FUZZ_STATS="$(abspath $(FUZZ_STATS))" \
+	  PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest tests/test_fuzz.py $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -12,7 +12,7 @@ limits Ethernet frames; TCP goodput is at most 1448/1514 = 95.6% of that with a 
 MTU and timestamps, so the table shows goodput/configured and the corresponding frame
 rate (goodput x 1514/1448)/configured, which is what tbf actually enforces.
 
-  python bench/bandwidth_accuracy.py [--rounds N] [--seconds S]
+  python bench/bandwidth_accuracy.py [--rounds N] [--seconds S] [--quick]
       -> bench/results/bandwidth_accuracy.md
 """
 
@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.util import machine_line, markdown_table, write_result
+from bench.util import machine_line, markdown_table, quick_mode, write_result
 from tests.harness import netns as nslib
 from tests.harness.netns import Netns
 from tests.harness.plugins import GO_BIN, OUR_BIN, Chain, container_address, load_conflist
@@ -118,10 +118,15 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=4.0)
+    ap.add_argument("--quick", action="store_true", help="10 and 100 Mbit/s, 1 s: a smoke test")
     args = ap.parse_args()
+    quick_mode(args.quick)
+    rates: tuple[int, ...] = RATES_MBIT
+    if args.quick:
+        args.rounds, args.seconds, rates = 1, 1.0, (10, 100)
     rows = []
     base_in, base_out = measure("ours", None, args.seconds, 1)
-    for mbit in RATES_MBIT:
+    for mbit in rates:
         configured = mbit * 1_000_000
         seconds = window(mbit, args.seconds)
         for impl in IMPLEMENTATIONS:

@@ -9,7 +9,7 @@ ingress qdisc on the veth, see the README) the veth is cleaned untimed.
 The second table splits our ADD: interpreter start, imports (python -X importtime style,
 measured as cold-process wall time, medians) and the netlink work itself.
 
-  python bench/bandwidth_latency.py [--rounds N]   -> bench/results/bandwidth_latency.md
+  python bench/bandwidth_latency.py [--rounds N] [--quick]   -> bench/results/bandwidth_latency.md
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.util import interleaved, machine_line, markdown_table, write_result
+from bench.util import interleaved, machine_line, markdown_table, quick_mode, write_result
 from tests.harness import netns as nslib
 
 VENV_BIN = Path(sys.executable).parent
@@ -51,9 +51,9 @@ def timed(argv: list[str], env: dict[str, str], stdin: bytes) -> float:
 def import_costs(rounds: int) -> list[tuple[str, float]]:
     """Cold-process wall time of `python -c <imports>`, medians, minus the bare start."""
     py = sys.executable
-    ours = "import bandwidth.verbs, bandwidth.netlink as n; n.pyroute2()"  # what ADD loads
+    ours = "import bandwidth.verbs, common.rtnl as n; n.pyroute2()"  # what ADD loads
     iproute_lean = (
-        "import bandwidth.verbs, bandwidth.netlink as n\n"
+        "import bandwidth.verbs, common.rtnl as n\n"
         "n._register_package_without_init('pyroute2')\n"
         "from pyroute2.iproute.linux import IPRoute\n"
     )
@@ -83,7 +83,11 @@ def import_costs(rounds: int) -> list[tuple[str, float]]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--quick", action="store_true", help="a few rounds: a smoke test")
     args = ap.parse_args()
+    quick_mode(args.quick)
+    if args.quick:
+        args.rounds = 3
     with tempfile.TemporaryDirectory() as tmp, nslib.namespaces("bhost", "bctr") as (host, ctr):
         host.ip("link", "add", "vbench", "type", "veth", "peer", "name", "eth0", "netns", ctr.name)
         host.ip("link", "set", "vbench", "up")

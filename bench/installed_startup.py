@@ -4,7 +4,7 @@ Installs with deploy/install.sh into a temporary bin dir, in the two shapes user
 the venv launcher (`make install`; here reusing the test venv) and the relocatable bundle
 (the Kubernetes DaemonSet). VERSION touches no network namespace at all.
 
-  python bench/installed_startup.py [--rounds N]   -> bench/results/installed_startup.md
+  python bench/installed_startup.py [--rounds N] [--quick]   -> bench/results/installed_startup.md
 """
 
 from __future__ import annotations
@@ -14,11 +14,19 @@ import json
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.util import exec_seconds, interleaved, machine_line, markdown_table, write_result
+from bench.util import (
+    exec_seconds,
+    interleaved,
+    machine_line,
+    markdown_table,
+    quick_mode,
+    write_result,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 VENV = Path(sys.executable).parent.parent
@@ -28,7 +36,11 @@ GO_PORTMAP = "/usr/lib/cni/portmap"
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=30)
+    ap.add_argument("--quick", action="store_true", help="a few rounds: a smoke test")
     args = ap.parse_args()
+    quick_mode(args.quick)
+    if args.quick:
+        args.rounds = 3
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         install = str(REPO / "deploy" / "install.sh")
@@ -50,7 +62,7 @@ def main() -> None:
         )  # fmt: skip
         stdin = json.dumps({"cniVersion": "1.0.0"}).encode()
         env = {"CNI_COMMAND": "VERSION"}  # what a runtime may leave us: next to nothing
-        cases = {
+        cases: dict[str, Callable[[], float]] = {
             "Go portmap": lambda: exec_seconds([GO_PORTMAP], env, stdin),
             "ours, venv launcher (make install)": lambda: exec_seconds(
                 [f"{work}/venv-bin/portmap"], env, stdin

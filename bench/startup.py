@@ -4,7 +4,7 @@ Every container start execs each plugin of its list, so interpreter start and im
 paid every time. Runs in throwaway namespaces (a host netns where the plugins run, a
 container netns with an eth0), never in the machine's own.
 
-  python bench/startup.py [--rounds N]   -> bench/results/startup.md
+  python bench/startup.py [--rounds N] [--quick]   -> bench/results/startup.md
 """
 
 from __future__ import annotations
@@ -16,11 +16,19 @@ import re
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.util import exec_seconds, interleaved, machine_line, markdown_table, write_result
+from bench.util import (
+    exec_seconds,
+    interleaved,
+    machine_line,
+    markdown_table,
+    quick_mode,
+    write_result,
+)
 from tests.harness import netns as nslib
 
 VENV_BIN = Path(sys.executable).parent
@@ -75,7 +83,11 @@ def import_totals() -> dict[str, float]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=30)
+    ap.add_argument("--quick", action="store_true", help="a few rounds: a smoke test")
     args = ap.parse_args()
+    quick_mode(args.quick)
+    if args.quick:
+        args.rounds = 3
     base_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
     with tempfile.TemporaryDirectory() as tmp, nslib.namespaces("bhost", "bctr") as (host, ctr):
         work = Path(tmp)
@@ -108,7 +120,7 @@ def main() -> None:
             "CNI_META_STATE_ROOT": str(work / "state"),
         }
         with host.entered():
-            cases = {
+            cases: dict[str, Callable[[], float]] = {
                 "VERSION go": lambda: exec_seconds([GO_TUNING], ver_env, version_in),
                 "VERSION ours (venv script)": lambda: exec_seconds([ours], ver_env, version_in),
                 "VERSION ours (lean launcher)": lambda: exec_seconds([lean], ver_env, version_in),

@@ -5,7 +5,7 @@ from the shared machine hits ours and Go's alike; figures are medians. Everythin
 throwaway namespaces (a host netns where the plugins run, a container netns per case with
 an eth0), never in the machine's own; dataDirs live in a temporary directory.
 
-  python bench/tuning_latency.py [--rounds N]   -> bench/results/tuning_latency.md
+  python bench/tuning_latency.py [--rounds N] [--quick]   -> bench/results/tuning_latency.md
 """
 
 from __future__ import annotations
@@ -22,14 +22,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.util import exec_seconds, machine_line, markdown_table, write_result
+from bench.util import exec_seconds, machine_line, markdown_table, quick_mode, write_result
 from tests.harness import netns as nslib
 from tests.harness.netns import Netns
 
 REPO = Path(__file__).resolve().parents[1]
 OURS = str(Path(sys.executable).parent / "tuning")
 GO = "/usr/lib/cni/tuning"
-CONFIGS = {
+CONFIGS: dict[str, dict[str, object]] = {
     "sysctl only": {
         "sysctl": {
             "net.ipv4.conf.IFNAME.accept_redirects": "0",
@@ -64,7 +64,11 @@ def stdin_for(ctr: Netns, data_dir: str, keys: dict[str, object]) -> bytes:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--quick", action="store_true", help="a few rounds: a smoke test")
     args = ap.parse_args()
+    quick_mode(args.quick)
+    if args.quick:
+        args.rounds = 3
     # What an installed plugin has: byte-compiled modules (PYTHONDONTWRITEBYTECODE in a
     # developer's shell would otherwise make every exec recompile the edited sources).
     for package in ("common", "tuning"):
@@ -99,13 +103,13 @@ def main() -> None:
                     cases[(config_name, impl)] = (add, delete)
             samples: dict[tuple[str, str, str], list[float]] = {}
             with host.entered():  # children inherit the host netns; no `ip netns exec` cost
-                for add, delete in cases.values():  # warm the page cache once
-                    add()
-                    delete()
+                for add_fn, del_fn in cases.values():  # warm the page cache once
+                    add_fn()
+                    del_fn()
                 for _ in range(args.rounds):
-                    for (config_name, impl), (add, delete) in cases.items():
-                        samples.setdefault((config_name, impl, "ADD"), []).append(add())
-                        samples.setdefault((config_name, impl, "DEL"), []).append(delete())
+                    for (config_name, impl), (add_fn, del_fn) in cases.items():
+                        samples.setdefault((config_name, impl, "ADD"), []).append(add_fn())
+                        samples.setdefault((config_name, impl, "DEL"), []).append(del_fn())
         finally:
             for ns in made:
                 nslib.delete(ns)

@@ -6,16 +6,51 @@ from the shared machine hits both alike) and are reported as ratios ours/Go.
 
 from __future__ import annotations
 
+import json
 import os
 import platform
+import signal
 import statistics
 import subprocess
+import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypeVar
 
-RESULTS = Path(__file__).resolve().parent / "results"
+T = TypeVar("T")
+
+# Where results go; BENCH_RESULTS=DIR sends a whole run elsewhere (e.g. a trial run).
+RESULTS = Path(os.environ.get("BENCH_RESULTS") or Path(__file__).resolve().parent / "results")
+# --quick runs (smoke tests) write here instead: bench/results/raw/ is not committed.
+QUICK_RESULTS = RESULTS / "raw" / "quick"
+_results = [RESULTS]
+
+
+def clean_exit_on_sigterm() -> None:
+    """SIGTERM unwinds like Ctrl-C, so that every namespace, helper and podman world made
+    so far is removed (the default action would end the process without cleaning up)."""
+
+    def stop(signum: int, _frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+
+
+def quick_mode(on: bool) -> None:
+    """Send this run's output to QUICK_RESULTS, so a smoke test never replaces real figures.
+
+    Every bench calls this first thing; it also makes SIGTERM clean up like Ctrl-C.
+    """
+    clean_exit_on_sigterm()
+    _results[0] = QUICK_RESULTS if on else RESULTS
+
+
+def results_dir() -> Path:
+    _results[0].mkdir(parents=True, exist_ok=True)
+    return _results[0]
 
 
 def exec_seconds(argv: Sequence[str], env: dict[str, str], stdin: bytes) -> float:
@@ -73,7 +108,301 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> s
 
 
 def write_result(name: str, text: str) -> Path:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / name
+    path = results_dir() / name
     path.write_text(text)
     return path
+
+
+# ----------------------------------------------------------------------- exec'ing plugins
+
+REPO = Path(__file__).resolve().parents[1]
+VENV_BIN = Path(sys.executable).parent
+GO_BIN = Path("/usr/lib/cni")
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def build_spawner(workdir: Path) -> str:
+    """Compile bench/spawn.c (static where the toolchain allows: a smaller RSS floor)."""
+    out = workdir / "spawn"
+    src = Path(__file__).with_name("spawn.c")
+    errors = b""
+    for flags in (["-static"], []):
+        proc = subprocess.run(
+            ["cc", "-O2", "-Wall", *flags, "-o", str(out), str(src)], capture_output=True
+        )
+        if proc.returncode == 0:
+            return str(out)
+        errors = proc.stderr
+    raise RuntimeError(f"cannot compile {src} (gcc is in the Makefile's apt list): {errors!r}")
+
+
+@dataclass
+class Call:
+    """One exec'd process, as bench/spawn.c saw it."""
+
+    seconds: float
+    rss_kib: int
+    cpu_seconds: float
+    returncode: int
+    stdout: bytes
+    stderr: bytes
+
+    @property
+    def ms(self) -> float:
+        return self.seconds * 1000
+
+    @property
+    def rss_mib(self) -> float:
+        return self.rss_kib / 1024
+
+    def json(self) -> Any:
+        return json.loads(self.stdout) if self.stdout.strip() else None
+
+
+class Spawner:
+    """Execs programs through bench/spawn.c: wall time, peak RSS and CPU of the program only.
+
+    The process is created in the caller's network namespace: benches enter their
+    throwaway host netns with Netns.entered() (setns on the calling thread) around calls,
+    so no `ip netns exec` (its own fork, exec and /sys remount) is in any figure.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __call__(self, argv: Sequence[str], env: dict[str, str], stdin: bytes) -> Call:
+        r, w = os.pipe()
+        try:
+            proc = subprocess.run(
+                [self.path, str(w), *argv], input=stdin, env=env, capture_output=True,
+                pass_fds=(w,), check=False,
+            )  # fmt: skip
+        finally:
+            os.close(w)
+        with os.fdopen(r, "rb") as f:
+            report = f.read().split()
+        if proc.returncode != 0 or len(report) != 5:
+            raise RuntimeError(f"spawn {argv[0]} failed: {proc.stderr!r}")
+        ns, rss, user, system, status = (int(x) for x in report)
+        return Call(
+            ns / 1e9,
+            rss,
+            (user + system) / 1e6,
+            os.waitstatus_to_exitcode(status),
+            proc.stdout,
+            proc.stderr,
+        )
+
+    def ok(self, argv: Sequence[str], env: dict[str, str], stdin: bytes) -> Call:
+        call = self(argv, env, stdin)
+        if call.returncode != 0:
+            what = env.get("CNI_COMMAND", "")
+            raise RuntimeError(
+                f"{argv[0]} {what} failed ({call.returncode}): "
+                f"{call.stdout.decode(errors='replace')} {call.stderr.decode(errors='replace')}"
+            )
+        return call
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def rotated(items: Sequence[T], k: int) -> list[T]:
+    """items started at position k: the order of cases changes from round to round."""
+    k %= max(1, len(items))
+    return [*items[k:], *items[:k]]
+
+
+def header(title: str, how: str) -> str:
+    return f"# {title}\n\n{machine_line()}.\n\n{how}\n\n"
+
+
+def write_raw(name: str, data: Any) -> Path:
+    """Every sample, for whoever wants more than medians (bench/results/raw/ is not committed)."""
+    raw = results_dir() / "raw"
+    raw.mkdir(parents=True, exist_ok=True)
+    path = raw / name
+    path.write_text(json.dumps(data, indent=1))
+    return path
+
+
+# ------------------------------------------------------------------------ resident helper
+
+HELPER_SOURCE = REPO / "common" / "helper.py"
+
+
+def helper_unavailable() -> str | None:
+    """Why the resident-helper flavour cannot run, or None when it can."""
+    if not HELPER_SOURCE.exists():
+        return "common/helper.py does not exist yet: the resident-helper columns are skipped"
+    return None
+
+
+@dataclass
+class Helper:
+    proc: subprocess.Popen[bytes]
+    socket: Path
+    log: Path
+    stats: Path
+
+    def worker_stats(self, skip: int = 0) -> list[dict[str, Any]]:
+        """The helper's --stats lines (one per call its workers ran), after the first `skip`.
+
+        Each has the worker's own time ("ms", inside skel.run), its ru_maxrss ("maxrss_kb":
+        includes the pages it shares with the helper it was forked from) and its private
+        memory at the end of the call ("private_kb": what the call added). A worker writes
+        its line just after answering the plugin, so give the last one a moment.
+        """
+        time.sleep(0.05)
+        try:
+            lines = self.stats.read_text().splitlines()
+        except FileNotFoundError:
+            return []
+        return [json.loads(line) for line in lines[skip:] if line.strip()]
+
+    def memory_kib(self) -> dict[str, int]:
+        """VmRSS / VmHWM of the fork server itself (what it keeps resident on the node)."""
+        out: dict[str, int] = {}
+        with suppress(OSError), open(f"/proc/{self.proc.pid}/status") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key in ("VmRSS", "VmHWM"):
+                    out[key] = int(value.split()[0])
+        return out
+
+
+def helper_note(what: str, helper: Helper, served: int, calls: int) -> str | None:
+    """A line for the report when some calls did not go through the helper.
+
+    A plugin falls back to doing the work itself whenever the helper declines or does not
+    answer within its handshake deadline; such calls are measured all the same, so the
+    report says how many there were and what the helper logged.
+    """
+    if served >= calls:
+        return None
+    try:
+        lines = helper.log.read_text(errors="replace").splitlines()
+    except OSError:
+        lines = []
+    said = sorted({line.strip() for line in lines if "serving" not in line})[:3]
+    why = f" (helper log: {'; '.join(said)})" if said else ""
+    return (
+        f"{what}: the helper ran {served} of {calls} measured calls; the others fell back to "
+        f"the plugin process doing the work itself{why}"
+    )
+
+
+@contextmanager
+def resident_helper(
+    socket_path: Path,
+    env: dict[str, str],
+    stats_dir: Path,
+    prefix: Sequence[str] = (),
+    timeout: float = 60,
+) -> Iterator[Helper]:
+    """`python -m common.helper --socket PATH --stats FILE` in the foreground, then stopped.
+
+    Started from the calling thread's network namespace (callers enter their host netns
+    first); `prefix` wraps the command, e.g. nsenter into a runtime's mount namespace (then
+    socket_path is as seen in there; stats_dir must be visible in both).
+    """
+    log = stats_dir / "helper.log"
+    stats = stats_dir / "helper-stats.jsonl"
+    argv = [sys.executable, "-m", "common.helper", "--socket", str(socket_path)]
+    with open(log, "wb") as logf:
+        proc = subprocess.Popen(
+            [*prefix, *argv, "--stats", str(stats)], env=env, cwd=REPO,
+            stdin=subprocess.DEVNULL, stdout=logf, stderr=logf,
+        )  # fmt: skip
+    helper = Helper(proc, socket_path, log, stats)
+    try:
+        deadline = time.monotonic() + timeout
+        while not _listening(proc.pid, socket_path):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the resident helper did not start: {log.read_text()[-2000:]}")
+            time.sleep(0.05)
+        yield helper
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+        if not prefix:  # the helper removes it on SIGTERM; this is for a killed one
+            with suppress(OSError):
+                socket_path.unlink()
+
+
+def _listening(pid: int, path: Path) -> bool:
+    """Whether a Unix socket bound to `path` is listening in pid's network namespace.
+
+    /proc/PID/net/unix lists the namespace's sockets with the path as bound, whichever
+    mount namespace that was in; flag 0x10000 (__SO_ACCEPTCON) marks a listening one.
+    No probe connection: the helper would take it for a request.
+    """
+    try:
+        with open(f"/proc/{pid}/net/unix") as f:
+            next(f)
+            for line in f:
+                fields = line.split()
+                if len(fields) >= 8 and fields[7] == str(path) and int(fields[3], 16) & 0x10000:
+                    return True
+    except (OSError, StopIteration, ValueError):
+        pass
+    return False
+
+
+# ----------------------------------------------------------------------------------- plots
+
+
+def bar_chart(
+    path: Path,
+    title: str,
+    groups: Sequence[str],
+    series: Mapping[str, Sequence[float]],
+    ylabel: str,
+    *,
+    log: bool = False,
+    hline: float | None = None,
+    ax: Any = None,
+) -> None:
+    """Grouped bars: one group per label, one bar per series. Writes `path` unless `ax`."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig = None
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(groups) * len(series) / 2 + 3), 4.5))
+    width = 0.8 / max(1, len(series))
+    for i, (name, values) in enumerate(series.items()):
+        xs = [g + (i - (len(series) - 1) / 2) * width for g in range(len(groups))]
+        ax.bar(xs, values, width, label=name)
+    ax.set_xticks(range(len(groups)))
+    tilt = len(groups) > 8 and not any("\n" in g for g in groups)
+    ax.set_xticklabels(groups, rotation=30 if tilt else 0, ha="right" if tilt else "center")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    if log:
+        ax.set_yscale("log")
+    if hline is not None:
+        ax.axhline(hline, color="grey", linestyle="--", linewidth=1)
+    ax.grid(True, axis="y", which="both", alpha=0.3)
+    ax.legend()
+    if fig is not None:
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+
+
+def can_plot() -> bool:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        print("matplotlib missing (pip install -e '.[bench]'): no PNG written")
+        return False
+    return True
