@@ -4,7 +4,7 @@
 the plain values of `bandwidth.model` (`observe`) and carries out the actions a
 `plan.reconcile` produced (`apply`). No decisions are taken here. Messages are built,
 encoded and decoded by pyroute2's `ifinfmsg` / `tcmsg` and its tc modules (tbf rate
-tables, u32 selectors, mirred actions); `bandwidth.netlink` explains why they travel on a
+tables, u32 selectors, mirred actions); `common.rtnl` explains why they travel on a
 small blocking socket rather than through `IPRoute`.
 """
 
@@ -32,7 +32,22 @@ from bandwidth.model import (
     Qdisc,
     TbfParams,
 )
-from bandwidth.netlink import (
+from bandwidth.plan import (
+    Action,
+    AddIngressQdisc,
+    AddRedirect,
+    CreateIfb,
+    DeleteFilters,
+    DeleteIfb,
+    DeleteIngressQdisc,
+    DeleteRootQdisc,
+    SetTbf,
+    UpdateIfb,
+)
+from bandwidth.tbf import Psched
+from common.errors import KERNEL_FAILURE, CniError
+from common.netns import entered
+from common.rtnl import (
     NLM_F_CREATE,
     NLM_F_ECHO,
     NLM_F_EXCL,
@@ -49,21 +64,6 @@ from bandwidth.netlink import (
     NetlinkError,
     RtnlSocket,
 )
-from bandwidth.plan import (
-    Action,
-    AddIngressQdisc,
-    AddRedirect,
-    CreateIfb,
-    DeleteFilters,
-    DeleteIfb,
-    DeleteIngressQdisc,
-    DeleteRootQdisc,
-    SetTbf,
-    UpdateIfb,
-)
-from bandwidth.tbf import Psched
-from common.errors import KERNEL_FAILURE, CniError
-from common.netns import entered
 
 PSCHED = "/proc/net/psched"
 IFF_UP = 0x1

@@ -63,11 +63,11 @@ def preload() -> dict[str, Any]:
     """Import what the three plugins' verbs use, so that workers start warm.
 
     Only imports: nothing here opens a socket, a table or a netns-bound context, so a
-    worker in any namespace starts from a clean slate. The real pyroute2 package goes
-    first (tuning's IPRoute needs its __init__; bandwidth then reuses it).
+    worker in any namespace starts from a clean slate.
     """
-    import pyroute2  # noqa: F401
+    from common.rtnl import pyroute2
 
+    pyroute2()  # pyroute2's message classes, without its __init__ (asyncio & co.)
     tables = {}
     for name in PLUGINS:
         tables[name] = importlib.import_module(f"{name}.__main__").plugin()
@@ -86,16 +86,13 @@ def preload() -> dict[str, Any]:
         "bandwidth.tc",
         "tuning.verbs",
         "tuning.apply",
-        "pyroute2.netlink.exceptions",
         "ipaddress",
         "hashlib",
         "traceback",
     ):
         importlib.import_module(module)
-    from bandwidth.netlink import pyroute2 as bandwidth_pyroute2
     from portmap.iptables import import_iptc
 
-    bandwidth_pyroute2()
     import_iptc()
     # Mapped once here, a worker's dlopen is a reference count (a context, which binds
     # a netlink socket to a namespace, is only ever made in the worker).

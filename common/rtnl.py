@@ -1,14 +1,14 @@
-"""Loading pyroute2's rtnetlink messages cheaply, and a blocking socket to send them on.
+"""rtnetlink without pyroute2's IPRoute: its message classes on a small blocking socket.
 
-Why not `pyroute2.IPRoute`: a bandwidth call is a fresh process per container, and
+Why not `pyroute2.IPRoute`: every plugin call is a fresh process per container, and
 importing IPRoute costs ~70 ms (asyncio, unittest.mock, multiprocessing, an in-memory
-netlink mock, every request filter), `import pyroute2` ~105 ms, against 4 ms for
-the whole Go plugin; its asyncio round trips cost another ~0.7 ms per request. What
-bandwidth needs from pyroute2 is the protocol: the message classes `ifinfmsg` and
-`tcmsg` that encode and decode links, qdiscs and filters, and the tc modules that turn
-(rate, burst, limit) into tbf parameters and rate tables, and a u32 match plus mirred
-action into attributes. Those load in ~28 ms. This module loads exactly those and sends
-them on a plain blocking NETLINK_ROUTE socket: one request, its replies, its ACK (see
+netlink mock, every request filter), `import pyroute2` ~105 ms, against 3-4 ms for a
+whole Go plugin; its asyncio round trips cost another ~0.7 ms per request. What the
+plugins need from pyroute2 is the protocol: the message classes `ifinfmsg` (links: tuning,
+bandwidth's ifb) and `tcmsg` (qdiscs and filters), and the tc modules that turn (rate,
+burst, limit) into tbf parameters and rate tables, and a u32 match plus mirred action
+into attributes. Those load in ~28 ms. This module loads exactly those and sends them on a
+plain blocking NETLINK_ROUTE socket: one request, its replies, its ACK (see
 bench/results/bandwidth_latency.md for the measurements).
 
 Loading a submodule of a package runs the package's __init__ first, and pyroute2's

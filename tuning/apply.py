@@ -3,9 +3,9 @@
 
 * sysctls are files under /proc/sys/net, and which namespace's settings a file shows is
   decided by the namespace of the thread that *opens* it, so they must be opened inside;
-* links go through pyroute2, imported only when a link attribute is set (the import costs
-  ~0.1 s, more than everything else together) and its socket is opened inside the block,
-  which is cheaper than IPRoute(netns=...) forking a helper.
+* links go through pyroute2's message classes on common.rtnl's socket, loaded only when a
+  link attribute is set, the socket opened inside the block (so it is bound to the
+  container's namespace; cheaper than IPRoute(netns=...), which forks a helper).
 """
 
 from __future__ import annotations
@@ -111,11 +111,24 @@ class Observed:
     sysctls: dict[str, str | None]
 
 
+def preload_links() -> None:
+    """Load pyroute2's link message class now (a few tens of ms in a fresh process):
+    before the dataDir lock, not while holding it, since every other tuning ADD and DEL
+    of the node waits for that lock."""
+    from common.rtnl import pyroute2
+
+    pyroute2()
+
+
 class Links:
-    """A netlink socket in the entered namespace, opened on first use."""
+    """A netlink socket in the entered namespace, opened on first use.
+
+    pyroute2's `ifinfmsg` encodes and decodes the messages; they travel on common.rtnl's
+    small blocking socket rather than through IPRoute, whose import alone costs ~100 ms.
+    """
 
     def __init__(self) -> None:
-        self._ipr: Any = None
+        self._rtnl: Any = None
 
     def __enter__(self) -> Links:
         return self
@@ -123,79 +136,139 @@ class Links:
     def __exit__(
         self, kind: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
     ) -> None:
-        if self._ipr is not None:
-            self._ipr.close()
-            self._ipr = None
+        if self._rtnl is not None:
+            self._rtnl.close()
+            self._rtnl = None
 
     def _socket(self) -> Any:
-        if self._ipr is None:
-            from pyroute2 import IPRoute
+        if self._rtnl is None:
+            from common.rtnl import RtnlSocket
 
-            self._ipr = IPRoute()
-        return self._ipr
+            self._rtnl = RtnlSocket()
+        return self._rtnl
 
     def observe(self, ifname: str) -> LinkState | None:
         """The interface's attributes, or None when there is no such interface."""
-        from pyroute2.netlink.exceptions import NetlinkError
+        from common.rtnl import RTM_GETLINK, NetlinkError
 
+        rtnl = self._socket()
+        query = rtnl.modules.ifinfmsg()
+        query["attrs"] = [["IFLA_IFNAME", ifname]]
         try:
-            msg = self._socket().link("get", ifname=ifname)[0]
+            replies = rtnl.request(query, RTM_GETLINK)
         except NetlinkError as e:
-            if e.code == errno.ENODEV:
+            if e.errno in (errno.ENODEV, errno.EINVAL):  # EINVAL: not even a valid name
                 return None
             raise CniError(KERNEL_FAILURE, f"cannot read interface {ifname}", str(e)) from None
+        if not replies:
+            return None
+        msg = replies[0]
         flags = int(msg["flags"])
         return LinkState(
             index=int(msg["index"]),
-            mac=str(msg.get("IFLA_ADDRESS") or ""),
-            mtu=int(msg.get("IFLA_MTU") or 0),
+            mac=str(msg.get_attr("IFLA_ADDRESS") or ""),
+            mtu=int(msg.get_attr("IFLA_MTU") or 0),
             promisc=bool(flags & IFF_PROMISC),
             allmulti=bool(flags & IFF_ALLMULTI),
-            tx_qlen=int(msg.get("IFLA_TXQLEN") or 0),
-            min_mtu=msg.get("IFLA_MIN_MTU"),
-            max_mtu=msg.get("IFLA_MAX_MTU"),
+            tx_qlen=int(msg.get_attr("IFLA_TXQLEN") or 0),
+            min_mtu=msg.get_attr("IFLA_MIN_MTU"),
+            max_mtu=msg.get_attr("IFLA_MAX_MTU"),
         )
 
     def change(self, ifname: str, index: int, want: LinkSettings) -> None:
-        """One RTM_SETLINK with every attribute to change."""
-        from pyroute2.netlink.exceptions import NetlinkError
+        """One RTM_NEWLINK (a "set") with every attribute to change."""
+        from common.rtnl import RTM_NEWLINK, NetlinkError
 
-        attrs: dict[str, Any] = {}
+        attrs: list[list[Any]] = []
         if want.mac is not None:
-            attrs["address"] = want.mac
+            attrs.append(["IFLA_ADDRESS", want.mac])
         if want.mtu is not None:
-            attrs["mtu"] = want.mtu
+            attrs.append(["IFLA_MTU", want.mtu])
         if want.tx_qlen is not None:
-            attrs["txqlen"] = want.tx_qlen
+            attrs.append(["IFLA_TXQLEN", want.tx_qlen])
         flags = change = 0
         for wanted, bit in ((want.promisc, IFF_PROMISC), (want.allmulti, IFF_ALLMULTI)):
             if wanted is not None:
                 change |= bit
                 flags |= bit if wanted else 0
-        if change:
-            attrs["flags"], attrs["change"] = flags, change
-        if not attrs:
+        if not attrs and not change:
             return
+        rtnl = self._socket()
+        msg = rtnl.modules.ifinfmsg()
+        msg["index"], msg["flags"], msg["change"] = index, flags, change
+        msg["attrs"] = attrs
+        names = sorted(
+            [{"IFLA_ADDRESS": "address", "IFLA_MTU": "mtu", "IFLA_TXQLEN": "txqlen"}[a[0]]
+             for a in attrs] + (["flags"] if change else [])
+        )  # fmt: skip
         try:
-            self._socket().link("set", index=index, **attrs)
+            rtnl.request(msg, RTM_NEWLINK)
         except NetlinkError as e:
-            what = f"the kernel refused to set {', '.join(sorted(attrs))} on {ifname}"
-            if e.code in _CONFIG_ERRNOS:
-                hint = os.strerror(e.code)
-                if "mtu" in attrs and e.code == errno.EINVAL:
+            code = e.errno or 0
+            what = f"the kernel refused to set {', '.join(names)} on {ifname}"
+            if code in _CONFIG_ERRNOS:
+                hint = os.strerror(code)
+                if want.mtu is not None and code == errno.EINVAL:
                     hint += f"; can {ifname} (and the device below it) take mtu {want.mtu}?"
                 raise invalid_config(what, hint) from None
-            raise CniError(KERNEL_FAILURE, what, os.strerror(e.code)) from None
+            raise CniError(KERNEL_FAILURE, what, os.strerror(code)) from None
 
 
 def check_link_fits(ifname: str, want: LinkSettings, link: LinkState) -> None:
     """Refuse an MTU the device cannot take before anything is changed."""
+    if want.mac is not None and link.mac.replace("0", "").replace(":", "") == "":
+        # loopback (00:00:00:00:00:00) and devices without a link-layer address: the
+        # kernel may take a MAC for some of them but refuses the original back on DEL.
+        raise invalid_config(
+            f"{ifname} has no Ethernet address to change ({link.mac or 'none'})",
+            "set mac only on an Ethernet-like interface (veth, macvlan, ...)",
+        )
     if want.mtu is None:
         return
     if link.max_mtu and want.mtu > link.max_mtu:
         raise invalid_config(f"mtu {want.mtu} is above the maximum of {ifname}: {link.max_mtu}")
     if link.min_mtu and want.mtu < link.min_mtu:
         raise invalid_config(f"mtu {want.mtu} is below the minimum of {ifname}: {link.min_mtu}")
+
+
+IPV6_MIN_MTU = 1280
+
+
+def ipv6_addresses(ifname: str) -> list[str]:
+    """The interface's IPv6 addresses other than link-local and loopback ones, as the
+    entered namespace lists them (thread-self: setns switched this thread only)."""
+    try:
+        with open("/proc/thread-self/net/if_inet6") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return []  # no IPv6 in this kernel
+    out = []
+    for line in lines:
+        fields = line.split()
+        if len(fields) == 6 and fields[5] == ifname and int(fields[3], 16) not in (0x10, 0x20):
+            out.append(":".join(fields[0][i : i + 4] for i in range(0, 32, 4)))
+    return out
+
+
+def check_ipv6_survives(ifname: str, want: LinkSettings, link: LinkState) -> None:
+    """Refuse lowering the MTU below 1280 while the interface has IPv6 addresses.
+
+    The kernel then removes IPv6 from the device altogether: its addresses, routes and
+    per-interface IPv6 sysctls are gone, and putting the MTU back on DEL brings IPv6 back
+    with default settings but without the addresses the runtime assigned.
+    """
+    if want.mtu is None or want.mtu >= IPV6_MIN_MTU or link.mtu < IPV6_MIN_MTU:
+        return
+    addresses = ipv6_addresses(ifname)
+    if addresses:
+        import ipaddress
+
+        addresses = [ipaddress.IPv6Address(a).compressed for a in addresses]
+        raise invalid_config(
+            f"mtu {want.mtu} is below {IPV6_MIN_MTU}, the IPv6 minimum: the kernel would "
+            f"remove IPv6 from {ifname} with its address(es) {', '.join(addresses[:3])}",
+            f"use an mtu of at least {IPV6_MIN_MTU} on an interface with IPv6 addresses",
+        )
 
 
 # ---------------------------------------------------------------------------- the verbs' steps
@@ -213,6 +286,7 @@ def observe(plan: Plan, links: Links) -> Observed:
                 "tuning changes an interface a previous plugin created; check the chain",
             )
         check_link_fits(plan.ifname, plan.link, link)
+        check_ipv6_survives(plan.ifname, plan.link, link)
     return Observed(link, read_sysctls(plan.sysctls, plan.ifname, missing_ok=False))
 
 
