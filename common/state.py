@@ -3,6 +3,11 @@
 Layout: <root>/<plugin>/ (mode 0700) holding JSON files (mode 0600). The root defaults to
 /run/cni/meta-plugins (tmpfs: state does not outlive a reboot, and neither do the netns,
 links and rules it describes); CNI_META_STATE_ROOT overrides it, which the tests use.
+
+What stays after every attachment is DELed: the plugin dirs and one empty lock file per
+kind of lock (`lock`, `nftables.lock`, `iptables.lock`, `tuning.lock`; see StateDir.lock
+for why they are never removed). Nothing per attachment: its `<name>.json` and a
+`<name>.json.tmp` a killed writer may have left go with `remove`.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ DEFAULT_ROOT = "/run/cni/meta-plugins"
 ROOT_ENV = "CNI_META_STATE_ROOT"
 LOCK_TIMEOUT_ENV = "CNI_META_LOCK_TIMEOUT"
 DEFAULT_LOCK_TIMEOUT = 30.0
+TMP_SUFFIX = ".tmp"  # <name>.tmp: the replacement being written (see write_json)
 
 
 def state_root(environ: dict[str, str] | None = None) -> str:
@@ -37,12 +43,14 @@ def safe_file_name(*parts: str) -> str:
     return name
 
 
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+def make_private_dirs(path: str) -> None:
+    """os.makedirs with mode 0700 for every directory it creates, the state root
+    included: under a runtime's umask of 0 the parents would be world-writable."""
+    old = os.umask(0o077)
     try:
-        os.fsync(fd)
+        os.makedirs(path, mode=0o700, exist_ok=True)
     finally:
-        os.close(fd)
+        os.umask(old)
 
 
 class StateDir:
@@ -55,34 +63,78 @@ class StateDir:
 
     def ensure(self) -> None:
         try:
-            os.makedirs(self.directory, mode=0o700, exist_ok=True)
+            make_private_dirs(self.directory)
             os.chmod(self.directory, 0o700)
+            owner = os.lstat(self.directory).st_uid
         except OSError as e:
             raise CniError(
                 IO_FAILURE, f"cannot create state directory {self.directory}", str(e)
             ) from None
+        if owner != os.geteuid():
+            # Made by someone else first (through a writable parent): they could plant
+            # files and symlinks that we would then write through.
+            raise CniError(
+                IO_FAILURE,
+                f"refusing state directory {self.directory}: it belongs to uid {owner}",
+                "remove it; the plugins recreate it",
+            )
 
     def path(self, name: str) -> str:
         return os.path.join(self.directory, name)
 
     def write_json(self, name: str, data: Any) -> None:
-        """Write atomically: a crash leaves the old file or the new one, never half of one."""
+        """Write atomically: a crash leaves the old file or the new one, never half of one,
+        and no stray temporary file that nothing would ever remove.
+
+        A new file is written unnamed (O_TMPFILE) and linked into place complete. A file
+        that exists is replaced by rename from `<name>.tmp`: a name fixed per file, which
+        `remove` deletes too, so a plugin killed mid-write leaves nothing that DEL or GC
+        of that attachment misses. Callers hold the dir's lock while writing (every plugin
+        does), so no two writers share that name.
+        """
         self.ensure()
         final = self.path(name)
-        tmp = f"{final}.tmp.{os.getpid()}"
+        payload = json.dumps(data, sort_keys=True).encode()
+        # No fsync: rename is what makes a killed plugin leave the old file or the new
+        # one. Power loss is not worth ~5-15 ms per container start: the files live in
+        # /run (tmpfs) by default, and the kernel state they describe (rules, qdiscs,
+        # namespaces) does not survive a reboot either.
+        if not os.path.exists(final) and self._create_whole(final, payload):
+            return
+        tmp = final + TMP_SUFFIX
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
             try:
-                os.write(fd, json.dumps(data, sort_keys=True).encode())
-                os.fsync(fd)
+                os.write(fd, payload)
             finally:
                 os.close(fd)
             os.rename(tmp, final)
-            _fsync_dir(self.directory)
         except OSError as e:
             with suppress(OSError):
                 os.unlink(tmp)
             raise CniError(IO_FAILURE, f"cannot write state file {final}", str(e)) from None
+
+    def _create_whole(self, final: str, payload: bytes) -> bool:
+        """Create `final` with its whole content at once; False when that cannot be done
+        this way (no O_TMPFILE on this filesystem, no /proc, or `final` appeared)."""
+        try:
+            fd = os.open(self.directory, os.O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC, 0o600)
+        except OSError:
+            return False
+        dir_fd = -1
+        try:
+            os.write(fd, payload)
+            # A dir fd makes os.link use linkat(AT_SYMLINK_FOLLOW), which links the file
+            # behind /proc/self/fd/N; plain link(2) would refuse the magic link (EXDEV).
+            dir_fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            os.link(f"/proc/self/fd/{fd}", os.path.basename(final), dst_dir_fd=dir_fd)
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
+            if dir_fd >= 0:
+                os.close(dir_fd)
+        return True
 
     def read_json(self, name: str) -> Any:
         """The file's content, or None when there is none (or it is unreadable garbage)."""
@@ -101,14 +153,15 @@ class StateDir:
             ) from None
 
     def remove(self, name: str) -> None:
-        try:
-            os.unlink(self.path(name))
-        except FileNotFoundError:
-            pass
-        except OSError as e:
-            raise CniError(
-                IO_FAILURE, f"cannot remove state file {self.path(name)}", str(e)
-            ) from None
+        """Remove the file and what a writer killed mid-write may have left beside it
+        (that first: a DEL killed in between still finds the attachment's file)."""
+        for path in (self.path(name) + TMP_SUFFIX, self.path(name)):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                raise CniError(IO_FAILURE, f"cannot remove state file {path}", str(e)) from None
 
     def names(self, suffix: str = ".json") -> list[str]:
         try:
@@ -120,33 +173,115 @@ class StateDir:
     def lock(self, name: str = "lock", timeout: float | None = None) -> Iterator[None]:
         """An exclusive lock between plugin processes; error 11 when it stays taken.
 
-        flock is released by the kernel when the holder dies, so a SIGKILLed plugin never
-        leaves the lock behind.
+        The lock file is kept after the block, on purpose: unlinking a file others may be
+        waiting on would let a waiter lock the unlinked inode while a newcomer creates and
+        locks a fresh file, two holders at once. So a state dir holds one empty `*.lock`
+        per kind of lock for good (a fixed, small set: it does not grow with attachments).
         """
-        if timeout is None:
-            timeout = float(os.environ.get(LOCK_TIMEOUT_ENV, DEFAULT_LOCK_TIMEOUT))
         self.ensure()
-        fd = os.open(self.path(name), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            deadline = time.monotonic() + timeout
-            delay = 0.001
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except OSError as e:
-                    if e.errno not in (errno.EWOULDBLOCK, errno.EACCES):
-                        raise CniError(
-                            IO_FAILURE, f"cannot lock {self.path(name)}", str(e)
-                        ) from None
-                if time.monotonic() >= deadline:
-                    raise CniError(
-                        TRY_AGAIN_LATER,
-                        f"another plugin call holds {self.path(name)}",
-                        f"waited {timeout:g}s; try again later",
-                    )
-                time.sleep(delay)
-                delay = min(delay * 2, 0.05)
+        with flock_with_deadline(self.path(name), timeout):
             yield
+
+
+def lock_timeout(environ: dict[str, str] | None = None) -> float:
+    """CNI_META_LOCK_TIMEOUT in seconds (default 30); a value that is not a non-negative
+    number falls back to the default rather than making every verb fail."""
+    env = os.environ if environ is None else environ
+    try:
+        value = float(env.get(LOCK_TIMEOUT_ENV, DEFAULT_LOCK_TIMEOUT))
+    except ValueError:
+        return DEFAULT_LOCK_TIMEOUT
+    return value if 0 <= value < 1e9 else DEFAULT_LOCK_TIMEOUT  # NaN compares False too
+
+
+class _Expired(Exception):
+    """Raised by the SIGALRM handler to interrupt a blocking flock at the deadline."""
+
+
+def _on_alarm(signum: int, frame: object) -> None:
+    raise _Expired
+
+
+def _try_flock(fd: int, path: str) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except OSError as e:
+        if e.errno not in (errno.EWOULDBLOCK, errno.EACCES):
+            raise CniError(IO_FAILURE, f"cannot lock {path}", str(e)) from None
+        return False
+
+
+def _wait_blocking(fd: int, path: str, timeout: float) -> bool:
+    """A blocking flock cut off by SIGALRM at the deadline (main thread only).
+
+    A blocked flock is woken the moment the holder lets go. Polling with sleeps instead
+    loses that race to every caller that happens to be awake, and under contention a
+    poller can starve for the whole timeout (16 tuning ADDs at once did, on one dataDir
+    lock).
+    """
+    import signal
+
+    previous = signal.signal(signal.SIGALRM, _on_alarm)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, max(timeout, 0.001))
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
         finally:
-            os.close(fd)  # closing releases the flock
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        return True
+    except _Expired:
+        return False  # (if it fired just after flock returned, the caller's close frees it)
+    except OSError as e:
+        raise CniError(IO_FAILURE, f"cannot lock {path}", str(e)) from None
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _wait_polling(fd: int, path: str, timeout: float) -> bool:
+    """For threads other than the main one, where no signal can interrupt a flock."""
+    deadline = time.monotonic() + timeout
+    delay = 0.001
+    while time.monotonic() < deadline:
+        time.sleep(min(delay, max(deadline - time.monotonic(), 0)))
+        if _try_flock(fd, path):
+            return True
+        delay = min(delay * 2, 0.02)
+    return False
+
+
+@contextmanager
+def flock_with_deadline(
+    path: str, timeout: float | None = None, holder: str = "another plugin call"
+) -> Iterator[None]:
+    """Hold an exclusive flock on `path` (created if missing) for the block.
+
+    Error 11 (try again later) when it is still taken after `timeout` seconds (default:
+    CNI_META_LOCK_TIMEOUT): a runtime retries, where a flock without deadline would hang
+    it. flock is released by the kernel when the holder dies, so a SIGKILLed plugin never
+    leaves a lock behind. A lock belongs to the open file description: a child forked
+    inside the block holds it too until it exits.
+    """
+    if timeout is None:
+        timeout = lock_timeout()
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError as e:
+        raise CniError(IO_FAILURE, f"cannot open lock file {path}", str(e)) from None
+    try:
+        if not _try_flock(fd, path):
+            import threading
+
+            if threading.current_thread() is threading.main_thread():
+                got = _wait_blocking(fd, path, timeout)
+            else:
+                got = _wait_polling(fd, path, timeout)
+            if not got:
+                raise CniError(
+                    TRY_AGAIN_LATER,
+                    f"{holder} holds {path}",
+                    f"waited {timeout:g}s ({LOCK_TIMEOUT_ENV}); try again later",
+                )
+        yield
+    finally:
+        os.close(fd)  # closing releases the flock

@@ -22,7 +22,6 @@ default) these rules exist and work but `iptables -t nat -S` does not show them:
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -37,9 +36,10 @@ from common.errors import (
     KERNEL_FAILURE,
     STATUS_UNAVAILABLE,
     CniError,
+    invalid_config,
 )
 from common.log import Log
-from common.state import StateDir
+from common.state import StateDir, flock_with_deadline
 from portmap import state
 from portmap.backend import UdpTargets
 from portmap.config import Attachment
@@ -96,21 +96,36 @@ def import_iptc() -> Any:
         raise CniError(STATUS_UNAVAILABLE, "python-iptables cannot be loaded", str(e)) from None
     finally:
         ctypes.util.find_library = original
+    # python-iptables tells a jump to a chain from a target extension by opening every
+    # table of the family (Rule.tables): the kernel then creates the legacy filter,
+    # mangle, raw and security tables in the namespace, and python-iptables commits them
+    # back. Every chain we jump to lives in nat, so let it look there only.
+    for table in (iptc.Table, iptc.Table6):
+        for name in table.ALL:
+            if name != "nat":
+                table.existing_table_names[name] = False
     _iptc = iptc
     return iptc
 
 
-def in_family_process(family: int, op: Callable[[], Any]) -> Any:
-    """Run `op` for `family`: IPv4 in this process, IPv6 in a forked child.
+def in_family_process(family: int, op: Callable[[], Any], *, isolate: bool = False) -> Any:
+    """Run `op` for `family`: IPv4 in this process (in a child too with `isolate`), IPv6
+    in a forked child.
 
     libxtables registers an extension only for the family current when its shared object
     is loaded, and DNAT/MASQUERADE share one object (libxt_NAT.so): once loaded for IPv4
     in a process, they can never be found for IPv6 there (and a second init aborts the
     process). So IPv6 work always runs first, in a child forked before this process has
-    loaded any extension; callers order their families (6, 4) for that reason.
+    loaded any extension; callers order their families (6, 4) for that reason, and isolate
+    IPv4 work that may still be followed by IPv6 work (undoing an ADD).
     """
-    if family == 4:
-        return op()
+    if family == 4 and not isolate:
+        try:
+            return op()
+        except CniError:
+            raise
+        except Exception as e:  # python-iptables raises plain Exceptions (as in the child)
+            raise CniError(KERNEL_FAILURE, f"IPv{family} iptables failed", repr(e)) from None
     import_iptc()  # loads libxtables and libiptc only, no extension: the child stays clean
     read_fd, write_fd = os.pipe()
     pid = os.fork()
@@ -150,13 +165,13 @@ def _family_of(table: Any) -> int:
 
 @contextmanager
 def xtables_lock() -> Iterator[None]:
-    """The lock the iptables commands take, so we never interleave with them."""
-    fd = os.open(XTABLES_LOCK, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    """The lock the iptables commands take, so we never interleave with them.
+
+    With the same deadline as our own locks: iptables (or kube-proxy's iptables-restore)
+    holding it for longer is error 11, not a hang of the runtime.
+    """
+    with flock_with_deadline(XTABLES_LOCK, holder="another iptables user (iptables-restore?)"):
         yield
-    finally:
-        os.close(fd)
 
 
 # ---------------------------------------------------------------------------- rule building
@@ -338,6 +353,9 @@ class IptablesBackend:
 
     @contextmanager
     def _locked(self) -> Iterator[None]:
+        # python-iptables' import (~50 ms) happens before the locks, not while every other
+        # portmap call of the node waits for them.
+        import_iptc()
         with self.sd.lock(LOCK), xtables_lock():
             yield
 
@@ -418,6 +436,11 @@ class IptablesBackend:
         att, external, bit = plan.attachment, plan.external_mark_chain, plan.mark_bit
         rules = Rules(self._iptc(), fp.family)
         mark_chain = external or SETMARK
+        if fp.masquerade != MASQ_NONE and external and not table.is_chain(external):
+            raise invalid_config(
+                f"externalSetMarkChain {external} does not exist in the IPv{fp.family} nat table",
+                "create it first (kube-proxy makes KUBE-MARK-MASQ), or leave the option out",
+            )
         if fp.masquerade != MASQ_NONE and not external:
             self._ensure_rule(self._ensure_chain(table, SETMARK), rules.setmark(bit))
             self._ensure_rule(self._ensure_chain(table, MASQ), rules.masq(bit))
@@ -445,10 +468,20 @@ class IptablesBackend:
         name = chain_name(att)
         with self._locked():
             state.write(self.sd, att, NAME, [[fp.family, name] for fp in plan.families])
+            families = sorted(plan.families, key=lambda f: -f.family)
             done: list[int] = []
             try:
-                for fp in sorted(plan.families, key=lambda f: -f.family):
-                    in_family_process(fp.family, partial(self._add_family, fp, plan))
+                if len(families) > 1:
+                    # Rehearse IPv4 (everything but the commit) before IPv6 is changed: a
+                    # conflict or a bad condition there must fail the ADD with nothing
+                    # installed, not after IPv6 (and its shared chains) already were.
+                    rehearsal = partial(self._add_family, families[1], plan, commit=False)
+                    in_family_process(4, rehearsal, isolate=True)
+                for fp in families:
+                    # IPv4 after IPv6 in a child: if it fails, undoing IPv6 needs a
+                    # process that has not loaded IPv4's extensions.
+                    work = partial(self._add_family, fp, plan)
+                    in_family_process(fp.family, work, isolate=bool(done))
                     done.append(fp.family)
             except CniError:
                 for family in done:  # undo the family already committed
@@ -456,14 +489,15 @@ class IptablesBackend:
                 state.remove(self.sd, att)
                 raise
 
-    def _add_family(self, fp: FamilyPlan, plan: Plan) -> None:
+    def _add_family(self, fp: FamilyPlan, plan: Plan, commit: bool = True) -> None:
         att = plan.attachment
         table = self._table(fp.family)
         self._conflicts(table, fp, att)
         self._remove_attachment(table, chain_name(att))
         if fp.forwards:
             self._install(table, fp, plan)
-        self._commit(table, f"install the IPv{fp.family} port mappings of {att}")
+        if commit:
+            self._commit(table, f"install the IPv{fp.family} port mappings of {att}")
 
     def _delete_family(self, family: int, name: str) -> list[tuple[str | None, int]]:
         table = self._table(family)

@@ -505,6 +505,7 @@ class NftBackend:
             mine = _owned(nft, previous, att.tag)
             setup = self._missing_setup(nft, plan)
             state.write(self.sd, att, NAME, _objects([*mine, *wanted]), committed=False)
+            conflict = None
             for _attempt in range(2):
                 lines = [*setup, *delete_text(mine), *masq, *add_text(wanted, att.comment)]
                 rc, _, err = nft.run("\n".join(lines))
@@ -513,7 +514,11 @@ class NftBackend:
                     return
                 # Our own leftovers the state file did not know of (it was lost): remove
                 # them too and try once more. Anybody else's: a conflict, named.
-                stale = self._collisions(nft, wanted, att)
+                try:
+                    stale = self._collisions(nft, wanted, att)
+                except CniError as e:
+                    conflict = e  # the intent written above must not outlive this ADD
+                    break
                 if not stale:
                     break
                 mine = sorted(set(mine) | set(stale))
@@ -521,7 +526,9 @@ class NftBackend:
                 state.write(self.sd, att, NAME, _objects(mine))
             else:
                 state.remove(self.sd, att)
-            raise CniError(KERNEL_FAILURE, "nftables refused the port mappings", _first_error(err))
+            raise conflict or CniError(
+                KERNEL_FAILURE, "nftables refused the port mappings", _first_error(err)
+            )
 
     def _missing_setup(self, nft: Nft, plan: Plan) -> list[str]:
         lanes = plan_lanes(plan)
@@ -602,11 +609,12 @@ class NftBackend:
                 mine = sorted(e for e, c in nft.listing() if tag_of(c) == att.tag)
             else:
                 mine = _owned(nft, candidates, att.tag) if candidates else []
-            if mine:
-                lines = delete_text(mine)
-                if self._last_owner(nft, att):
-                    lines = [f"delete table {T}"]  # leave the host as we found it
-                nft.must(lines, f"delete the port mappings of {att}")
+            # The last attachment leaves the host as it found it, also when it has nothing
+            # in the table (an ADD that failed or was killed before its transaction).
+            if self._last_owner(nft, att):
+                nft.must([f"delete table {T}"], f"delete the port mappings of {att}")
+            elif mine:
+                nft.must(delete_text(mine), f"delete the port mappings of {att}")
             state.remove(self.sd, att)
             return udp_targets(mine)
 
@@ -671,12 +679,11 @@ class NftBackend:
                     data = self.sd.read_json(f"{tag}.json")
                     if isinstance(data, dict) and data.get("backend") == NAME:
                         state.remove_tag(self.sd, tag)
-            if doomed:
-                survivors = len(listing) - len(doomed)
-                if survivors == 0 and not self.sd.names():
-                    nft.must([f"delete table {T}"], "delete the empty portmap table")
-                else:
-                    nft.must(delete_text(doomed), "delete stale port mappings")
+            survivors = len(listing) - len(doomed)
+            if survivors == 0 and not self.sd.names() and (doomed or nft.table_exists()):
+                nft.must([f"delete table {T}"], "delete the empty portmap table")
+            elif doomed:
+                nft.must(delete_text(doomed), "delete stale port mappings")
             return udp_targets(doomed)
 
     def status(self) -> None:

@@ -3,13 +3,12 @@
 Kernel tests (marked `root`) get a `lab`: a fresh "host" netns where the plugins run, a
 "container" netns, a private state root and cache dir, all removed afterwards even when
 the test fails. The session ends by checking that the machine's own namespace and state
-dirs are exactly as they were found.
+dirs are exactly as they were found (`host_untouched`; what is compared: host_snapshot).
 """
 
 from __future__ import annotations
 
 import os
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +17,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from tests.harness import netns as nslib
+from tests.harness import snapshot as snap
 from tests.harness.netns import Netns
 from tests.harness.plugins import Chain
 
@@ -43,37 +43,52 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
-def _host_snapshot() -> dict[str, str]:
-    """What tests must never change in the machine's own namespace and state dirs."""
+# The machine's own state dirs: the plugins' defaults (/run/cni/meta-plugins,
+# /run/cni/tuning) and the runtimes' (/var/lib/cni: host-local leases, libcni and
+# cni-chain caches). Tests use private ones; any change here is a leak. Lock files count
+# too: no test may even lock there.
+MACHINE_STATE_DIRS = ("/run/cni", "/var/lib/cni")
 
-    def out(*argv: str) -> str:
-        p = subprocess.run(argv, capture_output=True, text=True, check=False)
-        return p.stdout
 
-    state = "/run/cni/meta-plugins"
+# Named namespaces of tests (cmpt-*: each process judges its own, see
+# nslib.leftover_namespaces) and of benchmarks (cmpb-*), which may run beside a test
+# session on a developer's machine.
+OWN_NETNS_PREFIXES = (nslib.PREFIX + "-", "cmpb-")
+
+
+def _other_netns() -> str:
+    """Named namespaces that are neither tests' nor benchmarks': none may appear or vanish."""
+    try:
+        names = os.listdir("/run/netns")
+    except FileNotFoundError:
+        return ""
+    return "\n".join(sorted(n for n in names if not n.startswith(OWN_NETNS_PREFIXES)))
+
+
+def host_snapshot() -> snap.Snapshot:
+    """What tests must never change: the machine's own namespace (nft ruleset, legacy
+    iptables tables of both families, links, qdiscs and filters, forwarding/route_localnet
+    and the other watched sysctls), its state dirs and its named namespaces."""
     return {
-        "nft tables": out("nft", "list", "tables"),
-        "iptables nat chains": "\n".join(
-            line for line in out("iptables-save", "-t", "nat").splitlines() if line.startswith(":")
-        ),
-        "links": "\n".join(
-            sorted(line.split(":")[1] for line in out("ip", "-o", "link").splitlines())
-        ),
-        "state dir": "\n".join(sorted(os.listdir(state))) if os.path.isdir(state) else "",
+        **snap.netns_snapshot(None),
+        **snap.state_snapshot(MACHINE_STATE_DIRS),
+        "named netns (not test-made)": _other_netns(),
     }
 
 
 @pytest.fixture(scope="session", autouse=True)
 def host_untouched() -> Iterator[None]:
+    """The session fails when it leaves the machine different from how it found it."""
     if not IS_ROOT:
         yield
         return
-    before = _host_snapshot()
+    before = host_snapshot()
     yield
-    after = _host_snapshot()
-    changed = {k: (before[k], after[k]) for k in before if before[k] != after[k]}
+    changes = snap.diff(before, host_snapshot())
     leftovers = nslib.leftover_namespaces()  # each xdist worker judges its own
-    assert not changed, f"tests changed the machine's own namespace/state: {changed}"
+    assert not changes, "tests changed the machine's own namespace/state:\n" + snap.describe(
+        changes
+    )
     assert not leftovers, f"tests left network namespaces behind: {leftovers}"
 
 

@@ -35,6 +35,8 @@ def add(request: Request) -> Result:
 
     store = BackupStore(conf.data_dir)
     cid, ifname = request.container_id, request.ifname
+    if not plan.link.empty:
+        apply.preload_links()
     with store.lock(), entered(request.netns), apply.Links() as links:
         before = apply.observe(plan, links)
         older = store.load(cid, ifname)
@@ -64,6 +66,9 @@ def delete(request: Request) -> None:
     cid, ifname = request.container_id, request.ifname
     if not os.path.exists(store.path(cid, ifname)):
         return
+    peek = store.load(cid, ifname)  # read again under the lock; this only decides the import
+    if peek is not None and peek.has_link:
+        apply.preload_links()
     with store.lock():
         backup = store.load(cid, ifname)
         if backup is None:

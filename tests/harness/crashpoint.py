@@ -1,0 +1,96 @@
+"""Run a plugin that SIGKILLs itself at a chosen step: deterministic crash points.
+
+    python -m tests.harness.crashpoint PLUGIN [MODULE:ATTR@N[+]]
+
+runs PLUGIN's executable code (its __main__.main, in this process) after wrapping the
+function MODULE:ATTR (e.g. `portmap.nft:Nft.run`, `common.state:StateDir.write_json`) so
+that its N-th call kills the process with SIGKILL right before it runs, or right after it
+returned with a trailing `+`. Random kills (tests/harness/crash.py) rarely land in the
+short windows between two kernel changes; these land exactly there, at every step.
+
+Without a crash point, or with CRASHPOINT_COUNT=path in the environment, nothing is
+killed and the number of calls of every watched function is written to that file as
+JSON at exit: how many crash points a clean call has.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import importlib
+import json
+import os
+import signal
+import sys
+from collections.abc import Callable
+from typing import Any
+
+# The steps worth dying at, per plugin: every call that changes the kernel or a state
+# file (and the libnftables calls, reads included: portmap reads between its writes).
+# os.link and os.rename are where a state file write becomes visible: dying just before
+# them leaves a written but unnamed, or a written but not yet renamed, file.
+STATE_STEPS = (
+    "common.state:StateDir.write_json",
+    "common.state:StateDir.remove",
+    "os:link",
+    "os:rename",
+)
+WATCHED = {
+    "portmap": ("portmap.verbs:enable_route_localnet", "portmap.nft:Nft.run", *STATE_STEPS),
+    "bandwidth": ("bandwidth.tc:Rtnl._apply_one", *STATE_STEPS),
+    "tuning": ("tuning.apply:write_sysctl", "tuning.apply:Links.change", *STATE_STEPS),
+}
+
+
+def _owner_and_name(target: str) -> tuple[Any, str]:
+    module_name, _, qualname = target.partition(":")
+    owner: Any = importlib.import_module(module_name)
+    parts = qualname.split(".")
+    for part in parts[:-1]:
+        owner = getattr(owner, part)
+    return owner, parts[-1]
+
+
+def _wrap(target: str, counts: dict[str, int], kill_at: int, after: bool) -> None:
+    owner, name = _owner_and_name(target)
+    original: Callable[..., Any] = getattr(owner, name)
+
+    @functools.wraps(original)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        counts[target] += 1
+        due = counts[target] == kill_at
+        if due and not after:
+            os.kill(os.getpid(), signal.SIGKILL)
+        result = original(*args, **kwargs)
+        if due and after:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return result
+
+    setattr(owner, name, wrapper)
+
+
+def main() -> None:
+    plugin = sys.argv[1]
+    spec = sys.argv[2] if len(sys.argv) > 2 else ""
+    point, _, n = spec.partition("@")
+    after = n.endswith("+")
+    kill_at = int(n.rstrip("+") or 0)
+    counts = dict.fromkeys(WATCHED[plugin], 0)
+    for target in WATCHED[plugin]:
+        _wrap(target, counts, kill_at if target == point else 0, after)
+    count_file = os.environ.get("CRASHPOINT_COUNT")
+    if count_file:
+        pid = os.getpid()
+
+        def report() -> None:
+            if os.getpid() == pid:  # not in a forked child
+                with open(count_file, "w") as f:
+                    json.dump(counts, f)
+
+        atexit.register(report)
+    sys.argv = [plugin]
+    importlib.import_module(f"{plugin}.__main__").main()
+
+
+if __name__ == "__main__":
+    main()
