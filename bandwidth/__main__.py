@@ -14,16 +14,9 @@ if TYPE_CHECKING:
 
 
 def plugin() -> Plugin:
-    from common.skel import Plugin, lazy
+    from common.skel import verbs_module_plugin
 
-    return Plugin(
-        name="bandwidth",
-        add=lazy("bandwidth.verbs:add"),
-        delete=lazy("bandwidth.verbs:delete"),
-        check=lazy("bandwidth.verbs:check"),
-        gc=lazy("bandwidth.verbs:gc"),
-        status=lazy("bandwidth.verbs:status"),
-    )
+    return verbs_module_plugin("bandwidth")
 
 
 def main() -> None:

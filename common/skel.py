@@ -133,6 +133,20 @@ class Plugin:
         )
 
 
+def verbs_module_plugin(name: str, module: str = "") -> Plugin:
+    """The table of a plugin whose verbs are add/delete/check/gc/status in one module
+    (`<name>.verbs` unless named), each imported on its first call."""
+    module = module or f"{name}.verbs"
+    return Plugin(
+        name=name,
+        add=lazy(f"{module}:add"),
+        delete=lazy(f"{module}:delete"),
+        check=lazy(f"{module}:check"),
+        gc=lazy(f"{module}:gc"),
+        status=lazy(f"{module}:status"),
+    )
+
+
 def _read_stdin(stream: IO[bytes]) -> bytes:
     # Read one byte more than allowed so that decode() can tell "too large" without us
     # ever holding an unbounded input in memory.

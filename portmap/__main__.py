@@ -17,16 +17,9 @@ if TYPE_CHECKING:
 
 
 def plugin() -> Plugin:
-    from common.skel import Plugin, lazy
+    from common.skel import verbs_module_plugin
 
-    return Plugin(
-        name="portmap",
-        add=lazy("portmap.verbs:add"),
-        delete=lazy("portmap.verbs:delete"),
-        check=lazy("portmap.verbs:check"),
-        gc=lazy("portmap.verbs:gc"),
-        status=lazy("portmap.verbs:status"),
-    )
+    return verbs_module_plugin("portmap")
 
 
 def main() -> None:

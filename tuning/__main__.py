@@ -18,16 +18,9 @@ if TYPE_CHECKING:
 
 
 def plugin() -> Plugin:
-    from common.skel import Plugin, lazy
+    from common.skel import verbs_module_plugin
 
-    return Plugin(
-        name="tuning",
-        add=lazy("tuning.verbs:add"),
-        delete=lazy("tuning.verbs:delete"),
-        check=lazy("tuning.verbs:check"),
-        gc=lazy("tuning.verbs:gc"),
-        status=lazy("tuning.verbs:status"),
-    )
+    return verbs_module_plugin("tuning")
 
 
 def main() -> None:
