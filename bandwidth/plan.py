@@ -40,7 +40,9 @@ from common.result import Result
 IFB_PREFIX = "bwp"
 IFNAMSIZ = 15
 ALIAS_PREFIX = "cni-meta-bandwidth"
-IFALIAS_MAX = 255  # IFALIASZ - 1
+# IFALIASZ is 256 with the terminating NUL, which the kernel's attribute policy counts
+# (a 255-byte alias is refused with ERANGE): 254 bytes of text at most.
+IFALIAS_MAX = 254
 
 
 def ifb_name(network: str, container_id: str) -> str:

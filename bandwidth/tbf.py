@@ -50,6 +50,21 @@ def xmittime(rate: int, size: int, psched: Psched) -> int:
     return int(int(TIME_UNITS_PER_SEC * (float(size) / rate)) * psched.tick_in_usec)
 
 
+def burst_in_kernel(rate: int, burst: int, psched: Psched) -> int:
+    """The bytes tbf can really send at once: the burst travels as whole microseconds of
+    transmit time (calc_xmittime), which at high rates is noticeably less than asked."""
+    return int(int(TIME_UNITS_PER_SEC * (float(burst) / rate)) * rate / TIME_UNITS_PER_SEC)
+
+
+def min_burst(rate: int, packet: int, psched: Psched) -> int:
+    """The smallest burst (bytes) that still holds a `packet`-byte frame at `rate`."""
+    micros = -(-packet * TIME_UNITS_PER_SEC // rate)  # whole microseconds one frame takes
+    burst = -(-micros * rate // TIME_UNITS_PER_SEC)
+    while burst_in_kernel(rate, burst, psched) < packet:  # float rounding in calc_xmittime
+        burst += 1
+    return burst
+
+
 def queue_limit(rate: int, burst: int) -> int:
     return int(rate * LATENCY_US / TIME_UNITS_PER_SEC) + burst
 
@@ -109,11 +124,12 @@ def make_tbf(limit: Limit, mtu: int, where: str, psched: Psched) -> tuple[Tbf, s
             f"{limit.rate} bit/s; clamped to {most * 8} bits ({most} bytes)"
         )
         burst = most
-    if burst < packet:
+    if burst_in_kernel(rate, burst, psched) < packet:
         raise invalid_config(
             f"{limit.burst_key} {limit.burst} bits is smaller than one full packet",
             f"{where} sends frames of up to {packet} bytes (MTU {mtu} + {ETH_HLEN}) and tbf "
-            f"drops any frame larger than the burst; use at least {packet * 8} bits",
+            f"drops any frame larger than the burst (which it keeps in whole microseconds at "
+            f"the rate); use at least {min_burst(rate, packet, psched) * 8} bits",
         )
     tbf = Tbf(
         rate=rate,

@@ -40,12 +40,18 @@ def validate_container_id(cid: str, what: str = "CNI_CONTAINERID") -> None:
 
 def validate_ifname(name: str) -> None:
     problem = ""
+    # The kernel counts bytes; os.environ holds undecodable bytes as lone surrogates.
+    size = len(name.encode("utf-8", "surrogateescape"))
     if not name:
         problem = "it is empty"
-    elif len(name) > _MAX_IFNAME:
-        problem = f"it is longer than {_MAX_IFNAME} characters"
-    elif name in (".", ".."):
-        problem = "'.' and '..' are not interface names"
+    elif size > _MAX_IFNAME:
+        problem = f"it is longer than {_MAX_IFNAME} bytes"
+    elif any("\udc80" <= c <= "\udcff" for c in name):
+        problem = "it is not valid UTF-8"
+    elif name in (".", "..", "all", "default"):
+        # The kernel refuses these names; "all" and "default" would also turn tuning's
+        # per-interface sysctl keys (net.ipv4.conf.IFNAME...) into namespace-wide ones.
+        problem = f"{name!r} cannot be an interface name"
     elif any(c in "/:" or c.isspace() for c in name):
         problem = "it must not contain '/', ':' or white space"
     if problem:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from common import versions
+from common.errors import invalid_config
 from common.jsonkeys import split_known
 from common.jsonobj import JsonObject
 
@@ -143,6 +144,11 @@ class Result:
         # libcni would silently read nothing from it, which helps nobody.
         if (obj.has("ip4") or obj.has("ip6")) and not (obj.has("ips") or obj.has("interfaces")):
             version = "0.2.0"
+        # ... and one in the current shape as such when it claims a legacy version or none
+        # (a config without cniVersion): read as 0.2.0 its ips would be kept as unknown
+        # keys and written back beside ip4/ip6.
+        elif is_legacy(version) and (obj.has("ips") or obj.has("interfaces")):
+            version = "0.4.0"
         if is_legacy(version):
             return _read_legacy(obj)
         return _read_current(obj, version)
@@ -165,6 +171,38 @@ _DNS_KEYS = ("nameservers", "domain", "search", "options")
 _RESULT_KEYS = ("cniVersion", "interfaces", "ips", "routes", "dns")
 _LEGACY_KEYS = ("cniVersion", "ip4", "ip6", "dns")
 _LEGACY_IP_KEYS = ("ip", "gateway", "routes")
+
+
+def _checked_address(obj: JsonObject, key: str, *, cidr: bool, required: bool) -> str:
+    """obj[key] as an IP address (with a /prefix when `cidr`), or error 7 naming it.
+
+    Go's result types parse these with net.ParseCIDR / net.ParseIP, so a result carrying
+    anything else is refused there; passing it on would hand the next plugin (or the
+    runtime) a result that is not one.
+    """
+    value: str = obj.string(key, "")
+    if not value:
+        if required:
+            raise invalid_config(f"{obj.path(key)} is missing", "an address like 10.1.0.2/24")
+        return value
+    import _socket
+
+    text, slash, prefix = value.partition("/")
+    family = _socket.AF_INET6 if ":" in text else _socket.AF_INET
+    bits = 128 if family == _socket.AF_INET6 else 32
+    try:
+        _socket.inet_pton(family, text)
+        ok = True
+    except OSError:
+        ok = False
+    if cidr:
+        ok = ok and bool(slash) and prefix.isdigit() and prefix.isascii() and int(prefix) <= bits
+    elif slash:
+        ok = False
+    if not ok:
+        want = "an address with a prefix length, like 10.1.0.2/24" if cidr else "an IP address"
+        raise invalid_config(f"{obj.path(key)} {value[:60]!r} is not {want}")
+    return value
 
 
 def _str_list(obj: JsonObject, key: str) -> list[str]:
@@ -220,8 +258,8 @@ def _read_current(obj: JsonObject, version: str) -> Result:
     for o in obj.objects("ips"):
         result.ips.append(
             IPConfig(
-                address=o.string("address", ""),
-                gateway=o.string("gateway", ""),
+                address=_checked_address(o, "address", cidr=True, required=True),
+                gateway=_checked_address(o, "gateway", cidr=False, required=False),
                 interface=o.integer("interface"),
                 extra=split_known(o.raw, ip_keys),
             )
@@ -300,8 +338,8 @@ def _read_legacy(obj: JsonObject) -> Result:
             continue
         result.ips.append(
             IPConfig(
-                address=ipobj.string("ip", ""),
-                gateway=ipobj.string("gateway", ""),
+                address=_checked_address(ipobj, "ip", cidr=True, required=True),
+                gateway=_checked_address(ipobj, "gateway", cidr=False, required=False),
                 extra=split_known(ipobj.raw, _LEGACY_IP_KEYS),
             )
         )

@@ -9,14 +9,13 @@ this one, and the other way round for the link attributes.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from common.errors import IO_FAILURE, CniError
-from common.state import StateDir, safe_file_name
+from common.state import StateDir, make_private_dirs, safe_file_name
 from tuning.plan import LinkState, Plan
 
 TYPE_CHECKING = False  # avoids importing typing at runtime
@@ -24,6 +23,7 @@ if TYPE_CHECKING:
     from common.gc import AttachmentId
 
 LOCK_NAME = "tuning.lock"
+MAX_FILE_NAME = 255 - len(".tmp.4194304")  # NAME_MAX, with room for a temporary suffix
 
 
 @dataclass
@@ -141,7 +141,7 @@ class _DataDir(StateDir):
 
     def ensure(self) -> None:
         try:
-            os.makedirs(self.directory, mode=0o700, exist_ok=True)
+            make_private_dirs(self.directory)
         except OSError as e:
             raise CniError(
                 IO_FAILURE, f"cannot create tuning dataDir {self.directory}", str(e)
@@ -154,7 +154,17 @@ class BackupStore:
 
     @staticmethod
     def file_name(container_id: str, ifname: str) -> str:
-        return safe_file_name(container_id, ifname) + ".json"
+        """Go's name, unless it would not fit in a directory entry (255 bytes, with room for
+        the ".tmp.<pid>" of an atomic write): runtimes may send container ids of up to 1024
+        characters, which then get a hashed name. Go's tuning cannot write such a file at
+        all, so no compatibility is lost."""
+        name = safe_file_name(container_id, ifname) + ".json"
+        if len(name.encode()) <= MAX_FILE_NAME:
+            return name
+        import hashlib
+
+        digest = hashlib.sha256(container_id.encode()).hexdigest()[:32]
+        return safe_file_name(f"{container_id[:64]}-{digest}", ifname) + ".json"
 
     def path(self, container_id: str, ifname: str) -> str:
         return self.dir.path(self.file_name(container_id, ifname))

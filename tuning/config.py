@@ -119,7 +119,7 @@ def parse_sysctl_key(key: str, where: str) -> tuple[str, ...]:
     if not key:
         raise invalid_config(f"{where} has an empty key", fix)
     if any(ch.isspace() or ch == "\0" for ch in key):
-        raise invalid_config(f"{where} key {key[:80]!r} contains white space", fix)
+        raise invalid_config(f"{where} key {key[:80]!r} contains white space or NUL", fix)
     if key.startswith("/"):
         raise invalid_config(f"{where} key {key[:80]!r} is an absolute path", fix)
     components = tuple(key.split("/" if "/" in key else "."))
