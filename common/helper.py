@@ -39,6 +39,7 @@ from common import fastpath
 CLONE_NEWNS = 0x00020000
 CLONE_NEWNET = 0x40000000
 PLUGINS = ("portmap", "bandwidth", "tuning")
+PR_SET_PDEATHSIG = 1
 REFILL_DELAY = 0.03  # seconds between a spare taking a call and its replacement's fork
 _MAX_REQUEST = 256 * 1024
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -106,6 +107,7 @@ class Server:
         self.tables = tables
         self.stats = stats
         self.code_id = fastpath.code_id()
+        self.parent = os.getpid()
         self.listener: socket.socket | None = None
 
     def bind(self) -> None:
@@ -186,6 +188,10 @@ class Server:
         assert self.listener is not None
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.SIG_DFL)
+        # A helper killed outright (SIGKILL, OOM) must not leave spares accepting calls.
+        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != self.parent:
+            os._exit(0)  # the helper died before the line above took effect
         while True:
             try:
                 conn, _ = self.listener.accept()

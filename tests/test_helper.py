@@ -308,3 +308,13 @@ def test_killing_the_plugin_kills_its_worker_before_it_changes_anything(
     )
     assert [c for c in helper.stats() if c["command"] == "ADD"] == []
     w.detach(lab.ctr)
+
+
+def test_spares_die_with_a_helper_killed_outright() -> None:
+    with running_helper() as h:
+        assert h.proc is not None
+        spares = h.children()
+        assert spares
+        h.proc.kill()  # SIGKILL: no handler runs, the spares must go by themselves
+        h.proc.wait()
+        wait_for(lambda: not any(pid_alive(p) for p in spares))
