@@ -25,6 +25,7 @@ import json
 import os
 import stat
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -506,12 +507,13 @@ def measured(attached: Attached, plugin: str, command: str, stdin: bytes) -> Mea
     )
     started = time.monotonic()
     proc = subprocess.Popen(
-        ["ip", "netns", "exec", attached.lab.host.name, our(plugin)],
+        [sys.executable, "-IS", "-c", RSS_WRAPPER,
+         "ip", "netns", "exec", attached.lab.host.name, our(plugin)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
         env=env,
-    )
+    )  # fmt: skip
     assert proc.stdin is not None and proc.stdout is not None
     out: list[bytes] = []
 
@@ -532,7 +534,7 @@ def measured(attached: Attached, plugin: str, command: str, stdin: bytes) -> Mea
         t.start()
     deadline = started + 120
     while True:
-        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        pid, status, _ = os.wait4(proc.pid, os.WNOHANG)
         if pid:
             break
         if time.monotonic() > deadline:
@@ -543,7 +545,26 @@ def measured(attached: Attached, plugin: str, command: str, stdin: bytes) -> Mea
     proc.returncode = os.waitstatus_to_exitcode(status)
     for t in threads:
         t.join()
-    return Measured(proc.returncode, out[0].decode(), seconds, usage.ru_maxrss / 1024)
+    assert proc.stderr is not None
+    maxrss_kib = int(proc.stderr.read().split()[-1])
+    return Measured(proc.returncode, out[0].decode(), seconds, maxrss_kib / 1024)
+
+
+# A child's ru_maxrss includes the resident size of the process it was forked from (exec
+# folds the old address space's high-water mark in), and pytest is hundreds of MB by the
+# end of a session. This small wrapper forks the plugin from its own ~10 MB, waits for
+# it and reports the plugin's ru_maxrss (KiB) on stderr; the plugin's stderr is dropped.
+RSS_WRAPPER = """
+import os, sys
+pid = os.fork()
+if pid == 0:
+    devnull = os.open("/dev/null", os.O_WRONLY)
+    os.dup2(devnull, 2)
+    os.execvp(sys.argv[1], sys.argv[1:])
+_, status, usage = os.wait4(pid, 0)
+sys.stderr.write(str(usage.ru_maxrss) + "\\n")
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
 
 
 def assert_bounded(m: Measured, seconds: float, rss_mb: float) -> None:
