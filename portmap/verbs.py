@@ -87,8 +87,14 @@ def add(request: Request) -> Result | None:
     if plan.empty:
         request.log.warning(f"no address on {request.ifname} to forward ports to")
         return None
-    enable_route_localnet(plan)
     backend.add(plan)
+    # After the mappings, not before: a refused ADD must leave the interface's
+    # route_localnet as it was (it is shared by every container behind it).
+    try:
+        enable_route_localnet(plan)
+    except CniError:
+        backend.delete(attachment(request), plan)
+        raise
     flush_conntrack(plan.udp_ports(), request.log)
     return None
 

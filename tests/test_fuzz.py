@@ -315,3 +315,25 @@ def test_an_iptables_add_failing_for_ipv4_leaves_ipv6_untouched(
     err = fuzz.check_error(run.stdout)
     assert err["code"] == (101 if "hostIP" in json.dumps(second) else 7), err
     assert not fuzz.differences(before, snapshots.take())
+
+
+@pytest.mark.parametrize(
+    "keys",
+    [
+        {"backend": "iptables", "externalSetMarkChain": "KUBE-MARK-MASQ"},
+        {"backend": "nftables", "conditionsV4": ["ip saddr 10.0.0.0/33"]},  # no DNS lookup
+    ],
+    ids=["iptables-missing-mark-chain", "nftables-refused-condition"],
+)
+def test_a_refused_add_leaves_route_localnet_alone(lab: Lab, keys: dict[str, Any]) -> None:
+    """route_localnet used to be turned on before the mappings were installed, and stayed
+    on when the backend then refused them."""
+    world = make_world(lab, "portmap")  # state dirs and legacy nat tables exist, rl is 0
+    mappings = {"portMappings": [{"hostPort": 8080, "containerPort": 80}]}
+    conf = {"cniVersion": "1.0.0", "name": fuzz.NETWORK, "type": "portmap",
+            "prevResult": world.base.prev_result, "snat": True, "runtimeConfig": mappings,
+            **keys}  # fmt: skip
+    run = run_plugin(our("portmap"), "ADD", conf, host=lab.host, netns=lab.ctr.path, env=lab.env)
+    assert fuzz.check_error(run.stdout)["code"] in (7, 100)
+    assert lab.host.sysctl(f"net.ipv4.conf.{fuzz.BRIDGE}.route_localnet") == "0"
+    assert not fuzz.differences(world.last, world.snapshots.take())
