@@ -35,9 +35,8 @@ import time
 from typing import Any
 
 from common import fastpath
+from common.netns import CLONE_NEWNET, CLONE_NEWNS, setns
 
-CLONE_NEWNS = 0x00020000
-CLONE_NEWNET = 0x40000000
 PLUGINS = ("portmap", "bandwidth", "tuning")
 PR_SET_PDEATHSIG = 1
 REFILL_DELAY = 0.03  # seconds between a spare taking a call and its replacement's fork
@@ -47,12 +46,6 @@ _libc = ctypes.CDLL(None, use_errno=True)
 
 class Declined(Exception):
     """The helper will not serve this call; the plugin does the work itself."""
-
-
-def _setns(fd: int, nstype: int) -> None:
-    if _libc.setns(fd, nstype) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err))
 
 
 def _same_file(fd: int, path: str) -> bool:
@@ -281,11 +274,11 @@ class Server:
         if not _same_file(fd["pid"], "/proc/self/ns/pid"):
             raise Declined("caller in another pid namespace")
         if not _same_file(fd["mnt"], "/proc/self/ns/mnt"):
-            _setns(fd["mnt"], CLONE_NEWNS)
+            setns(fd["mnt"], CLONE_NEWNS)
         os.fchdir(fd["root"])
         os.chroot(".")
         os.fchdir(fd["cwd"])
-        _setns(fd["net"], CLONE_NEWNET)
+        setns(fd["net"], CLONE_NEWNET)
         for target, stream in enumerate(("stdin", "stdout", "stderr")):
             os.dup2(fd[stream], target)
         for n in fds:

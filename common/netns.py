@@ -14,19 +14,19 @@ from typing import Any
 
 from common.errors import INVALID_NETNS, CniError
 
+CLONE_NEWNS = 0x00020000
 CLONE_NEWNET = 0x40000000
 _libc: Any = None
 
 
-def _setns(fd: int) -> None:
+def setns(fd: int, nstype: int = CLONE_NEWNET) -> None:
+    """setns(2) on the calling thread; OSError when the kernel refuses."""
     global _libc
+    import ctypes
+
     if _libc is None:
-        import ctypes
-
         _libc = ctypes.CDLL(None, use_errno=True)
-    if _libc.setns(fd, CLONE_NEWNET) != 0:
-        import ctypes
-
+    if _libc.setns(fd, nstype) != 0:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err))
 
@@ -41,7 +41,7 @@ def entered(path: str) -> Iterator[None]:
     origin = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
     try:
         try:
-            _setns(target)
+            setns(target)
         except OSError as e:
             raise CniError(
                 INVALID_NETNS, f"cannot enter network namespace {path}", str(e)
@@ -52,7 +52,7 @@ def entered(path: str) -> Iterator[None]:
             # Failing to come back would leave the rest of the process in the wrong
             # namespace: nothing sensible can continue after that.
             try:
-                _setns(origin)
+                setns(origin)
             except OSError:  # pragma: no cover - the kernel refusing our own ns
                 os._exit(70)
     finally:
