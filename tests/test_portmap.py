@@ -199,6 +199,39 @@ def test_same_port_on_another_protocol_or_address_is_no_conflict(lab: Lab, backe
         assert reaches(w.ext, HOST4B, 8080, "tcp") == b"c:ping"
 
 
+@pytest.mark.parametrize(
+    ("second", "conflicts"),
+    [
+        ("9003-9005:7000/udp", True),  # overlaps the wildcard range's end
+        ("8990-9000:7000/udp", True),  # overlaps its start
+        ("9005-9006:7000/udp", False),  # just after it
+        ("9000-9004:7000/tcp", False),  # same ports, other protocol
+        ("[fd77::1]:8443:443/tcp", True),  # the same IPv6 host address and port
+        ("[fd77::1]:8444:443/tcp", False),
+        ("[fd77::3]:8443:443/tcp", False),  # another IPv6 host address
+    ],
+)
+def test_conflicts_compare_protocol_address_and_range_in_both_families(
+    lab: Lab, backend: str, second: str, conflicts: bool
+) -> None:
+    """Every field of an existing mapping that a conflict depends on is read back from the
+    kernel: protocol, host address (IPv6 here), first and last port of a range."""
+    w = make_world(lab, "portmap-dualstack.conflist", backend=backend)
+    lab.host.ip("-6", "addr", "add", "fd77::3/64", "dev", "lo")
+    w.attach(lab.ctr, "9000-9004:7000/udp", "[fd77::1]:8443:443/tcp")
+    other = lab.new_netns("other")
+    before = rules_text(lab, backend)
+    run = w.attach(other, second, check=False)
+    if conflicts:
+        assert "is already mapped by attachment" in run["error"], run
+        assert rules_text(lab, backend) == before
+    else:
+        assert "error" not in run, run
+        w.detach(other)
+    w.detach(lab.ctr)
+    assert "9000" not in rules_text(lab, backend) and "8443" not in rules_text(lab, backend)
+
+
 # ---------------------------------------------------------------------------- DEL
 
 
