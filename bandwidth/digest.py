@@ -8,16 +8,23 @@ from __future__ import annotations
 
 from typing import Any
 
+_found: dict[str, Any] = {}
+
 
 def _constructor(name: str) -> Any:
+    """The builtin constructor, looked up once (a failed import searches sys.path anew)."""
+    if name in _found:
+        return _found[name]
     for module in ("_sha2", f"_{name}"):  # _sha2 since Python 3.12, _sha512 before
         try:
-            return getattr(__import__(module), name)
+            _found[name] = getattr(__import__(module), name)
+            return _found[name]
         except (ImportError, AttributeError):
             continue
     import hashlib
 
-    return getattr(hashlib, name)
+    _found[name] = getattr(hashlib, name)
+    return _found[name]
 
 
 def sha512_hex(data: bytes) -> str:

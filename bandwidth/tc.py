@@ -174,6 +174,9 @@ class Rtnl:
         else:
             self.nl = RtnlSocket()
         self.m = self.nl.modules
+        # ifindex of the devices this socket's actions have resolved: the ifb just made is
+        # named by three actions in a row (alias, tbf, redirect), one lookup serves them.
+        self.indexes: dict[str, int] = {}
 
     def close(self) -> None:
         self.nl.close()
@@ -249,9 +252,12 @@ class Rtnl:
     # -- changing
 
     def _index(self, name: str) -> int:
+        if name in self.indexes:
+            return self.indexes[name]
         link = self.link(name)
         if link is None:
             raise CniError(KERNEL_FAILURE, f"device {name} vanished while being configured")
+        self.indexes[name] = link.index
         return link.index
 
     def apply(self, actions: tuple[Action, ...], device: Link | None) -> None:
@@ -269,6 +275,7 @@ class Rtnl:
 
     def _apply_one(self, action: Action, device: Link | None) -> None:
         if isinstance(action, CreateIfb):
+            self.indexes.pop(action.name, None)
             msg = self.m.ifinfmsg()
             msg["attrs"] = [
                 ["IFLA_IFNAME", action.name],
@@ -282,6 +289,7 @@ class Rtnl:
             index = self._index(action.name)
             self._set_link(index, IFLA_MTU=action.mtu, IFLA_IFALIAS=action.alias)
         elif isinstance(action, DeleteIfb):
+            self.indexes.pop(action.name, None)
             link = self.link(action.name)
             if link is not None:
                 msg = self.m.ifinfmsg()

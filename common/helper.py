@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import gc
 import importlib
 import json
 import os
@@ -85,9 +86,12 @@ def preload() -> dict[str, Any]:
         "traceback",
     ):
         importlib.import_module(module)
+    from bandwidth import digest
     from portmap.iptables import import_iptc
 
     import_iptc()
+    digest.sha256_hex(b"")  # finds and caches the builtin hash constructors
+    digest.sha512_hex(b"")
     # Mapped once here, a worker's dlopen is a reference count (a context, which binds
     # a netlink socket to a namespace, is only ever made in the worker).
     ctypes.CDLL("libnftables.so.1")
@@ -363,6 +367,9 @@ def main(argv: list[str] | None = None) -> None:
     os.dup2(stdin, 0)
     os.close(stdin)
     tables = preload()
+    # Everything loaded so far lives as long as the helper: keep the collector off it, so
+    # that a worker's collections neither walk nor write (copy) those pages.
+    gc.freeze()
     server = Server(args.socket, tables, args.stats)
     server.bind()
 

@@ -155,15 +155,18 @@ EOF
 
 # The import paths site.py would add for the interpreter $1 (as seen from inside $root):
 # its site-packages and whatever their .pth files name (an editable install's source tree).
+# The directory holding our packages goes first: each plugin start then finds common/ and
+# its own package there without listing a big site-packages first (~0.5 ms a start).
 site_paths() {
     "$root$1" -I - "$root" <<'EOF'
-import ast, json, subprocess, sys
+import ast, json, os, subprocess, sys
 bare = subprocess.run([sys.executable, "-I", "-S", "-c", "import sys; print(sys.path)"],
                       capture_output=True, text=True, check=True).stdout
 seen = set(ast.literal_eval(bare))
 root = sys.argv[1]
-extra = [p[len(root):] if root and p.startswith(root + "/") else p
-         for p in sys.path if p and p not in seen]
+added = [p for p in sys.path if p and p not in seen]
+added.sort(key=lambda p: not os.path.isfile(os.path.join(p, "common", "fastpath.py")))
+extra = [p[len(root):] if root and p.startswith(root + "/") else p for p in added]
 print(json.dumps(extra))
 EOF
 }
