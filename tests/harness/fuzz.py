@@ -791,7 +791,10 @@ def has_prev_result(stdin: bytes) -> bool:
         raw = json.loads(stdin)
     except (ValueError, RecursionError):
         return False
-    return isinstance(raw, dict) and any(k.casefold() == "prevresult" for k in raw)
+    # "prevResult": null is no prevResult: common.config reads it so.
+    return isinstance(raw, dict) and any(
+        k.casefold() == "prevresult" and v is not None for k, v in raw.items()
+    )
 
 
 def one_json_object(stdout: str) -> dict[str, Any]:
