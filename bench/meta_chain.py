@@ -33,10 +33,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.util import (
     GO_BIN,
     SYSTEM_PATH,
-    VENV_BIN,
     Call,
     Helper,
     Spawner,
+    add_launcher_args,
     build_spawner,
     can_plot,
     header,
@@ -44,6 +44,7 @@ from bench.util import (
     helper_unavailable,
     markdown_table,
     median,
+    our_plugins,
     quick_mode,
     resident_helper,
     results_dir,
@@ -54,7 +55,6 @@ from bench.util import (
 from common.chain import ConfList, Runtime, find_plugin, plugin_config, retyped
 from tests.harness import netns as nslib
 from tests.harness.netns import Netns
-from tests.harness.runtimes import install_ours
 
 META = ("portmap", "bandwidth", "tuning")
 CALLS = tuple(f"{p} {verb}" for verb in ("ADD", "DEL") for p in META)
@@ -250,13 +250,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--quick", action="store_true", help="3 rounds: a smoke test")
-    ap.add_argument("--no-helper", action="store_true", help="skip the resident helper")
-    ap.add_argument(
-        "--launcher",
-        choices=("installed", "venv"),
-        default="installed",
-        help="ours as deploy/install.sh installs it (default) or the venv's console scripts",
-    )
+    add_launcher_args(ap)
     args = ap.parse_args()
     quick_mode(args.quick)
     rounds = 3 if args.quick else args.rounds
@@ -270,10 +264,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="cmpb-") as tmp, ExitStack() as stack:
         workdir = Path(tmp)
         spawn = Spawner(build_spawner(workdir))
-        if args.launcher == "installed":
-            our_bin = install_ours(workdir / "bin", workdir / "prefix")
-        else:
-            our_bin = VENV_BIN
+        our_bin = our_plugins(args.launcher, workdir)
         impls = []
         for name in names:
             (host,) = stack.enter_context(nslib.namespaces("bhost"))

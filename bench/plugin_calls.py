@@ -39,10 +39,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.util import (
     GO_BIN,
     SYSTEM_PATH,
-    VENV_BIN,
     Call,
     Helper,
     Spawner,
+    add_launcher_args,
     bar_chart,
     build_spawner,
     can_plot,
@@ -51,6 +51,7 @@ from bench.util import (
     helper_unavailable,
     markdown_table,
     median,
+    our_plugins,
     quick_mode,
     resident_helper,
     results_dir,
@@ -60,7 +61,6 @@ from bench.util import (
 )
 from tests.harness import netns as nslib
 from tests.harness.netns import Netns
-from tests.harness.runtimes import install_ours
 
 VERBS = ("VERSION", "ADD", "CHECK", "DEL")
 PLUGINS = ("portmap (nftables)", "portmap (iptables)", "bandwidth", "tuning")
@@ -356,14 +356,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--quick", action="store_true", help="3 rounds: a smoke test")
-    ap.add_argument("--no-helper", action="store_true", help="skip the resident helper")
     ap.add_argument("--plugins", default=",".join(PLUGINS), help="a subset of: %(default)s")
-    ap.add_argument(
-        "--launcher",
-        choices=("installed", "venv"),
-        default="installed",
-        help="ours as deploy/install.sh installs it (default) or the venv's console scripts",
-    )
+    add_launcher_args(ap)
     args = ap.parse_args()
     quick_mode(args.quick)
     rounds = 3 if args.quick else args.rounds
@@ -378,10 +372,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="cmpb-") as tmp, ExitStack() as stack:
         workdir = Path(tmp)
         spawn = Spawner(build_spawner(workdir))
-        if args.launcher == "installed":
-            our_bin = install_ours(workdir / "bin", workdir / "prefix")
-        else:
-            our_bin = VENV_BIN
+        our_bin = our_plugins(args.launcher, workdir)
         cases = make_cases(stack, spawn, workdir, our_bin, impls, plugins)
         for case in cases:  # warm the page cache, the helper and the Go plugins' chains
             case.cycle(spawn, record=False)

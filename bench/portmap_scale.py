@@ -39,14 +39,15 @@ sys.path.insert(0, str(REPO))
 from bench.util import (  # noqa: E402
     GO_BIN,
     SYSTEM_PATH,
-    VENV_BIN,
     Helper,
     Spawner,
+    add_launcher_args,
     build_spawner,
     header,
     helper_note,
     helper_unavailable,
     markdown_table,
+    our_plugins,
     quick_mode,
     resident_helper,
     results_dir,
@@ -56,7 +57,6 @@ from common.netns import entered  # noqa: E402
 from portmap.config import Attachment  # noqa: E402
 from portmap.iptables import COMMENT_PREFIX, chain_name  # noqa: E402
 from portmap.nft import T, skeleton_text  # noqa: E402
-from tests.harness.runtimes import install_ours  # noqa: E402
 
 GO = str(GO_BIN / "portmap")
 NETWORK = "benchnet"
@@ -321,13 +321,7 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--quick", action="store_true", help="sizes 10,100 and 2 reps: a smoke test")
     ap.add_argument("--flavours", default=",".join(FLAVOURS))
-    ap.add_argument("--no-helper", action="store_true", help="skip the resident helper")
-    ap.add_argument(
-        "--launcher",
-        choices=("installed", "venv"),
-        default="installed",
-        help="ours as deploy/install.sh installs it (default) or the venv's console scripts",
-    )
+    add_launcher_args(ap)
     ap.add_argument("--out", help="directory for the results (default: bench/results)")
     a = ap.parse_args()
     quick_mode(a.quick)
@@ -345,10 +339,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="cmpb-") as tmp:
         workdir = Path(tmp)
         spawn = Spawner(build_spawner(workdir))
-        if a.launcher == "installed":
-            our_bin = install_ours(workdir / "bin", workdir / "prefix")
-        else:
-            our_bin = VENV_BIN
+        our_bin = our_plugins(a.launcher, workdir)
         for n in sizes:
             for r in run_size(n, names, reps, spawn, our_bin, workdir):
                 results.append(r)

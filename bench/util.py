@@ -6,6 +6,7 @@ from the shared machine hits both alike) and are reported as ratios ours/Go.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -119,6 +120,26 @@ REPO = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
 GO_BIN = Path("/usr/lib/cni")
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def add_launcher_args(ap: argparse.ArgumentParser) -> None:
+    """The options every bench that runs our plugins shares: --no-helper, --launcher."""
+    ap.add_argument("--no-helper", action="store_true", help="skip the resident helper")
+    ap.add_argument(
+        "--launcher",
+        choices=("installed", "venv"),
+        default="installed",
+        help="ours as deploy/install.sh installs it (default) or the venv's console scripts",
+    )
+
+
+def our_plugins(launcher: str, workdir: Path) -> Path:
+    """The directory holding our plugin executables for --launcher `launcher`."""
+    if launcher != "installed":
+        return VENV_BIN
+    from tests.harness.runtimes import install_ours
+
+    return install_ours(workdir / "bin", workdir / "prefix")
 
 
 def build_spawner(workdir: Path) -> str:
