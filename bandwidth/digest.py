@@ -6,25 +6,20 @@ modules CPython ships give the same digests for the few bytes hashed here.
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
-_found: dict[str, Any] = {}
 
-
+@cache  # a failed import searches sys.path anew: look the constructor up once
 def _constructor(name: str) -> Any:
-    """The builtin constructor, looked up once (a failed import searches sys.path anew)."""
-    if name in _found:
-        return _found[name]
     for module in ("_sha2", f"_{name}"):  # _sha2 since Python 3.12, _sha512 before
         try:
-            _found[name] = getattr(__import__(module), name)
-            return _found[name]
+            return getattr(__import__(module), name)
         except (ImportError, AttributeError):
             continue
     import hashlib
 
-    _found[name] = getattr(hashlib, name)
-    return _found[name]
+    return getattr(hashlib, name)
 
 
 def sha512_hex(data: bytes) -> str:

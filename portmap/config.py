@@ -16,7 +16,9 @@ from common.config import NetConf
 from common.errors import invalid_config
 from common.jsonobj import JsonObject
 
-PROTOCOLS = ("tcp", "udp", "sctp")
+# IP protocol numbers (the kernel and nft speak numbers) and the names we accept.
+PROTOCOL_NAMES = {6: "tcp", 17: "udp", 132: "sctp"}
+PROTOCOLS = tuple(PROTOCOL_NAMES.values())
 BACKENDS = ("nftables", "iptables")
 # Unspecified host addresses: "any local address" (a match, not a bind).
 ANY_ADDRESS = {4: "0.0.0.0", 6: "::"}  # noqa: S104

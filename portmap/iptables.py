@@ -45,7 +45,7 @@ from common.log import Log
 from common.state import StateDir, flock_with_deadline
 from portmap import state
 from portmap.backend import UdpTargets
-from portmap.config import Attachment
+from portmap.config import PROTOCOL_NAMES, Attachment
 from portmap.plan import MASQ_ALL, MASQ_NONE, FamilyPlan, Forward, Plan
 
 NAME = "iptables"
@@ -315,7 +315,6 @@ def host_ip_of(rule: Any, family: int) -> str | None:
 
 # ---------------------------------------------------------------------------- the jump chain
 
-PROTOCOLS = {6: "tcp", 17: "udp", 132: "sctp"}
 _PORT_MATCHES = (b"tcp", b"udp", b"sctp")
 _MATCH_HEADER = 32  # xt_entry_match: u16 size, char name[29], u8 revision; then the data
 
@@ -383,21 +382,20 @@ def _decode_jump(number: int, raw: bytes, target: str, family: int) -> Jump:
         if match_size < _MATCH_HEADER:
             break  # malformed: never loop forever on it
         at += match_size
-    return Jump(number, PROTOCOLS.get(proto, str(proto)), host_ip, dports, comment, target)
+    return Jump(number, PROTOCOL_NAMES.get(proto, str(proto)), host_ip, dports, comment, target)
 
 
-def jumps(table: Any, chain: str = "") -> Iterator[Jump]:
-    """Every rule of `chain` (default CNI-HOSTPORT-DNAT) as a `Jump`, one at a time (so
-    only one is in memory at once); none without the chain. Change the chain only after
-    the iteration has finished."""
+def jumps(table: Any) -> Iterator[Jump]:
+    """Every rule of CNI-HOSTPORT-DNAT as a `Jump`, one at a time (so only one is in
+    memory at once); none without the chain. Change the chain only after the iteration
+    has finished."""
     import ctypes
 
-    chain = chain or TOP
-    if not table.is_chain(chain):
+    if not table.is_chain(TOP):
         return
     family = _family_of(table)
     number = 0
-    entry = table.first_rule(chain)
+    entry = table.first_rule(TOP)
     while entry:
         raw = ctypes.string_at(ctypes.addressof(entry), entry.next_offset)
         target = table.get_target(entry)
@@ -407,13 +405,13 @@ def jumps(table: Any, chain: str = "") -> Iterator[Jump]:
         entry = table.next_rule(entry)
 
 
-def delete_jumps(table: Any, numbers: list[int], chain: str = "") -> None:
-    """Delete the rules at these positions of `chain` (highest first, so none shifts)."""
-    chain = chain or TOP
+def delete_jumps(table: Any, numbers: list[int]) -> None:
+    """Delete the rules at these positions of CNI-HOSTPORT-DNAT (highest first, so none
+    shifts)."""
     for number in sorted(set(numbers), reverse=True):
-        if table._iptc.iptc_delete_num_entry(chain.encode(), number, table._handle) != 1:
+        if table._iptc.iptc_delete_num_entry(TOP.encode(), number, table._handle) != 1:
             raise CniError(
-                KERNEL_FAILURE, f"cannot delete rule {number + 1} of {chain}", table.strerror()
+                KERNEL_FAILURE, f"cannot delete rule {number + 1} of {TOP}", table.strerror()
             )
 
 

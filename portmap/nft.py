@@ -49,7 +49,7 @@ from common.errors import CHECK_FAILED, CONFLICT, KERNEL_FAILURE, STATUS_UNAVAIL
 from common.log import Log
 from common.state import StateDir
 from portmap import state
-from portmap.config import Attachment
+from portmap.config import PROTOCOL_NAMES, Attachment
 from portmap.plan import ANY, MASQ_ALL, MASQ_NONE, MASQ_SUBNET, FamilyPlan, Plan
 
 NAME = "nftables"
@@ -290,7 +290,7 @@ def udp_targets(elements: Iterable[Element]) -> list[tuple[int, str | None, int]
 
 # ---------------------------------------------------------------------------- parsing output
 
-_PROTO_NUMBERS = {"6": "tcp", "17": "udp", "132": "sctp"}
+_PROTO_NUMBERS = {str(number): name for number, name in PROTOCOL_NAMES.items()}
 _ITEM = re.compile(r'^(?P<key>.*?)(?: comment "(?P<comment>[^"]*)")?(?: : (?P<data>.*))?$')
 
 
