@@ -164,7 +164,9 @@ class Result:
 
 _IFACE_KEYS = ("name", "mac", "sandbox")
 _IFACE_KEYS_1_1 = ("mtu", "socketPath", "pciID")
-_IP_KEYS = ("address", "gateway", "interface")
+# "version" (0.3.0-0.4.0) is always known: written from the address where a version has
+# it, dropped where it does not, never passed on as a foreign key.
+_IP_KEYS = ("address", "gateway", "interface", "version")
 _ROUTE_KEYS = ("dst", "gw")
 _ROUTE_KEYS_1_1 = ("mtu", "advmss", "priority", "table", "scope")
 _DNS_KEYS = ("nameservers", "domain", "search", "options")
@@ -241,7 +243,6 @@ def _read_route(obj: JsonObject, v11: bool) -> Route:
 
 def _read_current(obj: JsonObject, version: str) -> Result:
     v11 = has_1_1_fields(version)
-    ip_keys = _IP_KEYS + (("version",) if has_ip_version_field(version) else ())
     result = Result(extra=split_known(obj.raw, _RESULT_KEYS))
     for o in obj.objects("interfaces"):
         iface = Interface(
@@ -261,7 +262,7 @@ def _read_current(obj: JsonObject, version: str) -> Result:
                 address=_checked_address(o, "address", cidr=True, required=True),
                 gateway=_checked_address(o, "gateway", cidr=False, required=False),
                 interface=o.integer("interface"),
-                extra=split_known(o.raw, ip_keys),
+                extra=split_known(o.raw, _IP_KEYS),
             )
         )
     result.routes = [_read_route(o, v11) for o in obj.objects("routes")]

@@ -136,6 +136,16 @@ def test_prev_result_read_in_its_own_version() -> None:
     assert Result.from_json(prev, "1.0.0").to_json("1.0.0")["ips"] == [{"address": "10.0.0.2/24"}]
 
 
+def test_ip_version_key_is_never_carried_as_unknown() -> None:
+    """A prevResult that does not say its version but has 0.4.0's ips[].version (found by
+    fuzzing): a 1.0.0 result must not contain it, a 0.4.0 one has it from the address."""
+    prev = {"ips": [{"version": "6", "address": "10.0.0.2/24"}], "dns": {}}
+    assert Result.from_json(prev, "1.0.0").to_json("1.0.0")["ips"] == [{"address": "10.0.0.2/24"}]
+    assert Result.from_json(prev, "1.0.0").to_json("0.4.0")["ips"] == [
+        {"version": "4", "address": "10.0.0.2/24"}
+    ]
+
+
 def test_legacy_shape_is_recognised_whatever_version_it_claims() -> None:
     prev = {"cniVersion": "1.0.0", "ip4": {"ip": "10.0.0.2/24"}}
     assert Result.from_json(prev, "1.0.0").ips[0].address == "10.0.0.2/24"
