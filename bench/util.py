@@ -326,11 +326,13 @@ def resident_helper(
 
     Started from the calling thread's network namespace (callers enter their host netns
     first); `prefix` wraps the command, e.g. nsenter into a runtime's mount namespace (then
-    socket_path is as seen in there; stats_dir must be visible in both).
+    socket_path is as seen in there; stats_dir must be visible in both). Extra helper
+    options may come from $BENCH_HELPER_ARGS (e.g. "--no-rehearsal", for an A/B run).
     """
     log = stats_dir / "helper.log"
     stats = stats_dir / "helper-stats.jsonl"
     argv = [sys.executable, "-m", "common.helper", "--socket", str(socket_path)]
+    argv += os.environ.get("BENCH_HELPER_ARGS", "").split()
     with open(log, "wb") as logf:
         proc = subprocess.Popen(
             [*prefix, *argv, "--stats", str(stats)], env=env, cwd=REPO,

@@ -359,6 +359,20 @@ def tag_of(comment: str) -> str:
 # ---------------------------------------------------------------------------- the kernel side
 
 
+_live: list[Nft] = []
+
+
+def release_contexts() -> None:
+    """Free every context made so far in this process (the helper's spares, after their
+    rehearsal: a context keeps its netlink socket and its cache of the ruleset)."""
+    import ctypes
+
+    while _live:
+        nft = _live.pop()
+        nft.lib.nft_ctx_free.argtypes = [ctypes.c_void_p]
+        nft.lib.nft_ctx_free(nft.ctx)
+
+
 class Nft:
     """One libnftables context, in the netns where it was created (the plugin's own).
 
@@ -391,6 +405,7 @@ class Nft:
         self.ctx = lib.nft_ctx_new(0)
         lib.nft_ctx_buffer_output(self.ctx)
         lib.nft_ctx_buffer_error(self.ctx)
+        _live.append(self)
 
     def set_json_output(self, on: bool) -> None:
         flags = self.lib.nft_ctx_output_get_flags(self.ctx)

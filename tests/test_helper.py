@@ -318,3 +318,53 @@ def test_spares_die_with_a_helper_killed_outright() -> None:
         h.proc.kill()  # SIGKILL: no handler runs, the spares must go by themselves
         h.proc.wait()
         wait_for(lambda: not any(pid_alive(p) for p in spares))
+
+
+def machine_nft_tables() -> str:
+    """The machine's own nftables table list (read only: never changed by a test)."""
+    return subprocess.run(["nft", "list", "tables"], capture_output=True, text=True).stdout
+
+
+def served_version(helper: Helper) -> dict[str, object]:
+    before = len(helper.stats())
+    rc, _, _ = version_via(helper.socket)
+    assert rc == 0
+    wait_for(lambda: len(helper.stats()) > before)
+    return helper.stats()[-1]
+
+
+def test_spares_rehearse_out_of_sight_and_serve_real_calls(lab: Lab) -> None:
+    tables = machine_nft_tables()
+    with running_helper() as helper:
+        # A spare rehearses each plugin's usual calls right after it is forked; one
+        # that took a call first says so (stats "rehearsed"). Calls spaced out to let
+        # the refills rehearse: a rehearsal takes tens of milliseconds.
+        deadline = time.monotonic() + 60
+        while not served_version(helper)["rehearsed"]:
+            assert time.monotonic() < deadline, helper.log()
+            time.sleep(0.3)
+        time.sleep(1)
+        w = make_world(lab)
+        lab.env["CNI_META_HELPER"] = helper.socket
+        w.attach(lab.ctr, "8080:80/tcp")
+        with echo_server(lab.ctr, 80, "tcp", "ctr"):
+            assert reaches(w.ext, HOST4, 8080, "tcp") == b"ctr:ping"
+        add = [c for c in helper.stats() if (c["plugin"], c["command"]) == ("portmap", "ADD")]
+        assert add == [{**add[0], "status": 0, "rehearsed": True}]
+        assert "8080" in lab.host.run("nft", "list", "ruleset")
+        w.detach(lab.ctr)
+        assert lab.host.run("nft", "list", "ruleset") == ""
+        # Rehearsals run in namespaces of their own: nothing in the machine's own, and
+        # a rehearsed worker's real call went to the caller's (above).
+        assert machine_nft_tables() == tables
+        stage = [p for p in helper.workdir.iterdir() if p.name.startswith("cni-meta-helper-")]
+        assert len(stage) == 1 and stage[0].is_dir()
+        helper.stop()
+        assert not stage[0].exists()  # the helper removes its stage when it stops
+
+
+def test_without_rehearsal_spares_serve_cold() -> None:
+    with running_helper("--no-rehearsal") as helper:
+        time.sleep(0.5)
+        assert [served_version(helper)["rehearsed"] for _ in range(3)] == [False] * 3
+        assert not [p for p in helper.workdir.iterdir() if p.name.startswith("cni-meta-helper-")]

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -25,8 +24,9 @@ from tests.harness.plugins import OUR_BIN
 
 
 class Helper:
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, args: tuple[str, ...] = ()) -> None:
         self.workdir = workdir
+        self.args = args
         self.socket = str(workdir / "helper.sock")
         self.stats_file = workdir / "stats.jsonl"
         self.log_file = workdir / "helper.log"
@@ -36,28 +36,35 @@ class Helper:
         with open(self.log_file, "wb") as log:
             self.proc = subprocess.Popen(
                 [str(OUR_BIN / "cni-meta-helper"), "--socket", self.socket,
-                 "--stats", str(self.stats_file)],
+                 "--stats", str(self.stats_file), *self.args],
                 stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+                # The spares' rehearsal stage (a state root) goes in here, not in /tmp.
+                env={**os.environ, "TMPDIR": str(self.workdir)},
             )  # fmt: skip
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"cni-meta-helper exited: {self.log()}")
-            if self.answers():
+            if self.listening() and self.children():
                 return
             time.sleep(0.05)
         self.stop()
         raise RuntimeError(f"cni-meta-helper did not come up: {self.log()}")
 
-    def answers(self) -> bool:
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    def listening(self) -> bool:
+        """Whether the helper's socket is listening, read from /proc/PID/net/unix (flag
+        0x10000 is __SO_ACCEPTCON). Not a probe connection: a spare would take that for
+        a request, decline it and be replaced, so the set of children would still move."""
+        assert self.proc is not None
         try:
-            s.connect(self.socket)
-            return True
-        except OSError:
-            return False
-        finally:
-            s.close()
+            with open(f"/proc/{self.proc.pid}/net/unix") as f:
+                for line in f:
+                    fields = line.split()
+                    if len(fields) >= 8 and fields[7] == self.socket:
+                        return int(fields[3], 16) & 0x10000 != 0
+        except (OSError, ValueError):
+            pass
+        return False
 
     def children(self) -> set[int]:
         """The helper's forked processes (spares and running workers)."""
@@ -93,10 +100,10 @@ class Helper:
 
 
 @contextmanager
-def running_helper() -> Iterator[Helper]:
+def running_helper(*args: str) -> Iterator[Helper]:
     with tempfile.TemporaryDirectory(prefix="cni-meta-helper-") as d:
         os.chmod(d, 0o755)  # so that a test's unprivileged client can reach the socket
-        helper = Helper(Path(d))
+        helper = Helper(Path(d), args)
         helper.start()
         try:
             yield helper
