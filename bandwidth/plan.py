@@ -18,7 +18,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from bandwidth.config import BandwidthConfig
-from bandwidth.digest import sha512_hex
 from bandwidth.model import (
     CONTAINER,
     ETH_P_ALL,
@@ -34,6 +33,7 @@ from bandwidth.model import (
     Tbf,
 )
 from bandwidth.tbf import Psched, make_tbf
+from common.digest import sha512_hex
 from common.errors import CONFLICT, CniError, invalid_config
 from common.result import Result
 

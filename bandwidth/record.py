@@ -13,9 +13,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from bandwidth.digest import sha256_hex
 from bandwidth.model import CONTAINER, HOST
 from bandwidth.plan import Ownership
+from common.digest import sha256_hex
 from common.state import StateDir
 
 PLUGIN = "bandwidth"

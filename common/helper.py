@@ -93,11 +93,10 @@ def preload() -> dict[str, Any]:
         "tuning.verbs",
         "tuning.apply",
         "ipaddress",
-        "hashlib",
         "traceback",
     ):
         importlib.import_module(module)
-    from bandwidth import digest
+    from common import digest
     from portmap.iptables import import_iptc
 
     import_iptc()

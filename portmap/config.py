@@ -8,11 +8,11 @@ Keys are read case-insensitively (Go runtimes send "HostPort", "Protocol").
 
 from __future__ import annotations
 
-import hashlib
 import re
 from dataclasses import dataclass
 
 from common.config import NetConf
+from common.digest import sha256_hex
 from common.errors import invalid_config
 from common.jsonobj import JsonObject
 
@@ -85,13 +85,13 @@ class Attachment:
 
     @property
     def network_tag(self) -> str:
-        return hashlib.sha256(self.network.encode()).hexdigest()[:8]
+        return sha256_hex(self.network.encode())[:8]
 
     @property
     def tag(self) -> str:
         """A short stable id: network hash - attachment hash (names chains, state files)."""
         raw = "\0".join((self.network, self.container_id, self.ifname)).encode()
-        return f"{self.network_tag}-{hashlib.sha256(raw).hexdigest()[:16]}"
+        return f"{self.network_tag}-{sha256_hex(raw)[:16]}"
 
     def __str__(self) -> str:
         return f"{self.network}/{self.container_id}/{self.ifname}"

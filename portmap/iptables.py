@@ -22,7 +22,6 @@ default) these rules exist and work but `iptables -t nat -S` does not show them:
 
 from __future__ import annotations
 
-import hashlib
 import ipaddress
 import json
 import os
@@ -33,6 +32,7 @@ from dataclasses import dataclass
 from functools import cache, partial
 from typing import Any
 
+from common.digest import sha512_hex
 from common.errors import (
     CHECK_FAILED,
     CONFLICT,
@@ -159,7 +159,7 @@ def in_family_process(family: int, op: Callable[[], Any], *, isolate: bool = Fal
 
 def chain_name(att: Attachment) -> str:
     """CNI-DN- + 21 hex digits, like the reference (28 characters, iptables' limit)."""
-    return "CNI-DN-" + hashlib.sha512(att.tag.encode()).hexdigest()[:21]
+    return "CNI-DN-" + sha512_hex(att.tag.encode())[:21]
 
 
 def _family_of(table: Any) -> int:

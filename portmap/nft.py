@@ -38,13 +38,13 @@ the number of mappings): it uses `get element` on known keys.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from common.digest import sha256_hex
 from common.errors import CHECK_FAILED, CONFLICT, KERNEL_FAILURE, STATUS_UNAVAILABLE, CniError
 from common.log import Log
 from common.state import StateDir
@@ -77,7 +77,7 @@ class Lane:
     @property
     def id(self) -> int:
         raw = "\0".join((str(self.family), *self.conditions)).encode()
-        return int(hashlib.sha256(raw).hexdigest()[:8], 16)
+        return int(sha256_hex(raw)[:8], 16)
 
     @property
     def suffix(self) -> str:

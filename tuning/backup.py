@@ -161,9 +161,9 @@ class BackupStore:
         name = safe_file_name(container_id, ifname) + ".json"
         if len(name.encode()) <= MAX_FILE_NAME:
             return name
-        import hashlib
+        from common.digest import sha256_hex
 
-        digest = hashlib.sha256(container_id.encode()).hexdigest()[:32]
+        digest = sha256_hex(container_id.encode())[:32]
         return safe_file_name(f"{container_id[:64]}-{digest}", ifname) + ".json"
 
     def path(self, container_id: str, ifname: str) -> str:

@@ -1,4 +1,4 @@
-"""sha512/sha256 hex digests without importing hashlib.
+"""sha512/sha256 hex digests without importing hashlib (every plugin's names and tags).
 
 hashlib loads OpenSSL's _hashlib (~3 ms, paid on every container start); the builtin
 modules CPython ships give the same digests for the few bytes hashed here.
