@@ -44,6 +44,7 @@ from common.netns import CLONE_NEWNET, CLONE_NEWNS, setns
 PLUGINS = ("portmap", "bandwidth", "tuning")
 PR_SET_PDEATHSIG = 1
 REFILL_DELAY = 0.03  # seconds between a spare taking a call and its replacement's fork
+QUIET = 0.1  # seconds a spare forked in a hurry waits for a call before it rehearses
 _MAX_REQUEST = 256 * 1024
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -249,13 +250,14 @@ class Server:
         while True:
             # Refill at once when no spare is left; otherwise a little later, so that the
             # fork does not compete for the CPU with the call a spare just took. A spare
-            # forked because none was left is wanted now: it skips the rehearsal.
+            # forked because none was left is wanted now: it rehearses only if no call
+            # came for a while.
             while len(self.idle) < spares and (not self.idle or time.monotonic() >= refill_at):
-                rehearse = self.stage is not None and (first or bool(self.idle))
+                hurry = 0.0 if first or self.idle else QUIET
                 pid = os.fork()
                 if pid == 0:
                     os.close(taken_r)
-                    self._spare(taken_w, rehearse)  # never returns
+                    self._spare(taken_w, hurry)  # never returns
                 self.idle.add(pid)
             first = False
             wait = 1.0 if len(self.idle) >= spares else max(0.0, refill_at - time.monotonic())
@@ -281,7 +283,7 @@ class Server:
                 time.sleep(0.005)
             self.stage.remove()
 
-    def _spare(self, taken: int, rehearse: bool = False) -> None:
+    def _spare(self, taken: int, hurry: float = 0.0) -> None:
         """A waiting worker: take one call from a root peer, then serve it and exit."""
         assert self.listener is not None
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -290,7 +292,7 @@ class Server:
         _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         if os.getppid() != self.parent:
             os._exit(0)  # the helper died before the line above took effect
-        if rehearse:
+        if self.stage is not None and not select.select([self.listener], [], [], hurry)[0]:
             self._rehearse()
         while True:
             try:
