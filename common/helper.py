@@ -325,7 +325,11 @@ class Server:
         assert self.listener is not None and self.stage is not None
         home = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
         saved = dict(os.environb)
+        priority = os.getpriority(os.PRIO_PROCESS, 0)
         try:
+            # Work done ahead of time must not slow what runs now (a runtime starting the
+            # container, other calls): at nice 19 it takes only the CPU nobody else wants.
+            os.setpriority(os.PRIO_PROCESS, 0, 19)
             setns(self.stage.host, CLONE_NEWNET)
             os.environ.clear()
             os.environ.update(
@@ -362,6 +366,7 @@ class Server:
             os.close(home)
             os.environb.clear()
             os.environb.update(saved)
+            os.setpriority(os.PRIO_PROCESS, 0, priority)
 
     # --- in the worker -----------------------------------------------------------------
 

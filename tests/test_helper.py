@@ -325,6 +325,11 @@ def machine_nft_tables() -> str:
     return subprocess.run(["nft", "list", "tables"], capture_output=True, text=True).stdout
 
 
+def nice(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[16])  # field 19, after comm
+
+
 def served_version(helper: Helper) -> dict[str, object]:
     before = len(helper.stats())
     rc, _, _ = version_via(helper.socket)
@@ -344,6 +349,9 @@ def test_spares_rehearse_out_of_sight_and_serve_real_calls(lab: Lab) -> None:
             assert time.monotonic() < deadline, helper.log()
             time.sleep(0.3)
         time.sleep(1)
+        # Rehearsals run at nice 19; a spare waits for its call at the helper's priority.
+        assert helper.proc is not None
+        assert {nice(pid) for pid in helper.children()} == {nice(helper.proc.pid)}
         w = make_world(lab)
         lab.env["CNI_META_HELPER"] = helper.socket
         w.attach(lab.ctr, "8080:80/tcp")
