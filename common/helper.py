@@ -39,14 +39,13 @@ import time
 from typing import Any
 
 from common import fastpath
-from common.netns import CLONE_NEWNET, CLONE_NEWNS, setns
+from common.netns import CLONE_NEWNET, CLONE_NEWNS, entered, libc, setns, unshare
 
 PLUGINS = ("portmap", "bandwidth", "tuning")
 PR_SET_PDEATHSIG = 1
 REFILL_DELAY = 0.03  # seconds between a spare taking a call and its replacement's fork
 QUIET = 0.1  # seconds a spare forked in a hurry waits for a call before it rehearses
 _MAX_REQUEST = 256 * 1024
-_libc = ctypes.CDLL(None, use_errno=True)
 
 
 class Declined(Exception):
@@ -150,21 +149,23 @@ class Stage:
     """
 
     def __init__(self) -> None:
-        self.root = tempfile.mkdtemp(prefix="cni-meta-helper-")
         self.fds: list[int] = []
         home = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
         try:
             for _ in range(2):  # the container's netns, then the host's
-                if _libc.unshare(CLONE_NEWNET) != 0:
-                    raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNET)")
+                unshare(CLONE_NEWNET)
                 self.fds.append(os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC))
+        except OSError:
+            self.close()
+            raise
         finally:
             setns(home, CLONE_NEWNET)  # cannot fail: our own namespace, and we are root
             os.close(home)
+        self.root = tempfile.mkdtemp(prefix="cni-meta-helper-")
 
     @property
-    def host(self) -> int:
-        return self.fds[1]
+    def host(self) -> str:
+        return f"/proc/self/fd/{self.fds[1]}"
 
     @property
     def sandbox(self) -> str:
@@ -289,7 +290,7 @@ class Server:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         # A helper killed outright (SIGKILL, OOM) must not leave spares accepting calls.
-        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        libc().prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         if os.getppid() != self.parent:
             os._exit(0)  # the helper died before the line above took effect
         if self.stage is not None and not select.select([self.listener], [], [], hurry)[0]:
@@ -323,14 +324,12 @@ class Server:
         from common import skel
 
         assert self.listener is not None and self.stage is not None
-        home = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
         saved = dict(os.environb)
         priority = os.getpriority(os.PRIO_PROCESS, 0)
         try:
             # Work done ahead of time must not slow what runs now (a runtime starting the
             # container, other calls): at nice 19 it takes only the CPU nobody else wants.
             os.setpriority(os.PRIO_PROCESS, 0, 19)
-            setns(self.stage.host, CLONE_NEWNET)
             os.environ.clear()
             os.environ.update(
                 CNI_CONTAINERID="cni-meta-rehearsal",
@@ -340,30 +339,26 @@ class Server:
                 CNI_META_STATE_ROOT=self.stage.root,
                 CNI_META_HELPER="off",
             )
-            failed = 0
-            for plugin, command, mappings in REHEARSAL:
-                if select.select([self.listener], [], [], 0)[0]:
-                    return  # a call is waiting: it gets this spare as it is
-                os.environ["CNI_COMMAND"] = command
-                failed |= skel.run(
-                    self.tables[plugin],
-                    environ=os.environ,
-                    stdin=io.BytesIO(_rehearsal_conf(plugin, mappings, self.stage.sandbox)),
-                    stdout=io.BytesIO(),
-                    stderr=io.StringIO(),
-                )
-            self.rehearsed = not failed
+            with entered(self.stage.host):  # (a spare that cannot come back exits)
+                failed = 0
+                for plugin, command, mappings in REHEARSAL:
+                    if select.select([self.listener], [], [], 0)[0]:
+                        return  # a call is waiting: it gets this spare as it is
+                    os.environ["CNI_COMMAND"] = command
+                    failed |= skel.run(
+                        self.tables[plugin],
+                        environ=os.environ,
+                        stdin=io.BytesIO(_rehearsal_conf(plugin, mappings, self.stage.sandbox)),
+                        stdout=io.BytesIO(),
+                        stderr=io.StringIO(),
+                    )
+                self.rehearsed = not failed
         except Exception:  # noqa: S110 - a cold worker is still a correct one
             pass
         finally:
             from portmap.nft import release_contexts
 
             release_contexts()
-            try:
-                setns(home, CLONE_NEWNET)
-            except OSError:
-                os._exit(0)  # cannot go home: this spare must not serve; the helper refills
-            os.close(home)
             os.environb.clear()
             os.environb.update(saved)
             os.setpriority(os.PRIO_PROCESS, 0, priority)

@@ -19,16 +19,32 @@ CLONE_NEWNET = 0x40000000
 _libc: Any = None
 
 
-def setns(fd: int, nstype: int = CLONE_NEWNET) -> None:
-    """setns(2) on the calling thread; OSError when the kernel refuses."""
+def libc() -> Any:
+    """The C library through ctypes (loaded on first use), keeping errno for get_errno."""
     global _libc
-    import ctypes
-
     if _libc is None:
+        import ctypes
+
         _libc = ctypes.CDLL(None, use_errno=True)
-    if _libc.setns(fd, nstype) != 0:
+    return _libc
+
+
+def _check(rc: int) -> None:
+    if rc != 0:
+        import ctypes
+
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err))
+
+
+def setns(fd: int, nstype: int = CLONE_NEWNET) -> None:
+    """setns(2) on the calling thread; OSError when the kernel refuses."""
+    _check(libc().setns(fd, nstype))
+
+
+def unshare(flags: int) -> None:
+    """unshare(2) for the calling thread (CLONE_NEWNET: a new, empty network namespace)."""
+    _check(libc().unshare(flags))
 
 
 @contextmanager

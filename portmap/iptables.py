@@ -441,7 +441,9 @@ _GET_ENTRIES_SIZE = 32  # struct ipt_get_entries / ip6t_get_entries: name[32], s
 def _libc() -> Any:
     import ctypes
 
-    libc = ctypes.CDLL("libc.so.6")
+    from common.netns import libc as c_library
+
+    libc = c_library()
     libc.free.argtypes = [ctypes.c_void_p]
     libc.free.restype = None
     libc.malloc_trim.argtypes = [ctypes.c_size_t]

@@ -365,11 +365,8 @@ _live: list[Nft] = []
 def release_contexts() -> None:
     """Free every context made so far in this process (the helper's spares, after their
     rehearsal: a context keeps its netlink socket and its cache of the ruleset)."""
-    import ctypes
-
     while _live:
         nft = _live.pop()
-        nft.lib.nft_ctx_free.argtypes = [ctypes.c_void_p]
         nft.lib.nft_ctx_free(nft.ctx)
 
 
@@ -401,6 +398,7 @@ class Nft:
         lib.nft_ctx_output_set_flags.argtypes = [ctypes.c_void_p, ctypes.c_uint]
         lib.nft_run_cmd_from_buffer.restype = ctypes.c_int
         lib.nft_run_cmd_from_buffer.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+        lib.nft_ctx_free.argtypes = [ctypes.c_void_p]  # release_contexts, never on a call
         self.lib = lib
         self.ctx = lib.nft_ctx_new(0)
         lib.nft_ctx_buffer_output(self.ctx)
