@@ -23,7 +23,9 @@ if TYPE_CHECKING:
     from common.gc import AttachmentId
 
 LOCK_NAME = "tuning.lock"
-MAX_FILE_NAME = 255 - len(".tmp.4194304")  # NAME_MAX, with room for a temporary suffix
+# NAME_MAX less the room once kept for a ".tmp.<pid>" suffix (state files now use ".tmp"):
+# kept as it was, so that every backup file keeps the name it was written under.
+MAX_FILE_NAME = 255 - len(".tmp.4194304")
 
 
 @dataclass
@@ -154,9 +156,9 @@ class BackupStore:
 
     @staticmethod
     def file_name(container_id: str, ifname: str) -> str:
-        """Go's name, unless it would not fit in a directory entry (255 bytes, with room for
-        the ".tmp.<pid>" of an atomic write): runtimes may send container ids of up to 1024
-        characters, which then get a hashed name. Go's tuning cannot write such a file at
+        """Go's name, unless it would not fit in a directory entry (MAX_FILE_NAME, leaving
+        room for the suffix of an atomic write): runtimes may send container ids of up to
+        1024 characters, which then get a hashed name. Go's tuning cannot write such a file at
         all, so no compatibility is lost."""
         name = safe_file_name(container_id, ifname) + ".json"
         if len(name.encode()) <= MAX_FILE_NAME:
