@@ -360,8 +360,8 @@ class Server:
         every call in flight has finished.
         """
         assert self.listener is not None
-        # Workers are reaped by the kernel; a worker resets this before running a plugin.
-        signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+        # Children are reaped here, once their pidfd says they ended: until then their pid
+        # cannot be reused, so a pidfd_open right after the fork names the right process.
         taken_r, taken_w = os.pipe2(os.O_CLOEXEC)
         idle: dict[int, int] = {}  # pid -> pidfd of spares waiting for a call
         busy: dict[int, tuple[int, float]] = {}  # pid -> (pidfd, deadline) of workers
@@ -381,8 +381,11 @@ class Server:
                 hurry = 0.0 if first or idle else QUIET
                 pid = os.fork()
                 if pid == 0:
-                    os.close(taken_r)
-                    self._spare(taken_w, hurry)  # never returns
+                    try:
+                        os.close(taken_r)
+                        self._spare(taken_w, hurry)  # never returns
+                    finally:
+                        os._exit(70)  # whatever happened, never back into this loop
                 idle[pid] = os.pidfd_open(pid)
                 room = len(idle) + len(busy) < self.max_workers
             first = False
@@ -407,10 +410,15 @@ class Server:
                         busy[pid] = (idle.pop(pid), time.monotonic() + self.call_limit)
                 refill_at = time.monotonic() + REFILL_DELAY
             # Exited: a finished call, a spare killed by someone (replaced above).
-            for pid in [pid for pid, fd in idle.items() if fd in ready]:
+            ended = [pid for pid, fd in idle.items() if fd in ready]
+            for pid in ended:
                 os.close(idle.pop(pid))
             for pid in [pid for pid, (fd, _) in busy.items() if fd in ready]:
                 os.close(busy.pop(pid)[0])
+                ended.append(pid)
+            for pid in ended:
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, 0)
             if full and self.listener is not None and self.listener in ready:
                 self._turn_away()
             now = time.monotonic()
@@ -537,7 +545,6 @@ class Server:
     def _worker(self, conn: socket.socket) -> None:
         status = 70
         try:
-            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             if self.stage is not None:
                 self.stage.close()
             conn.settimeout(fastpath.HANDSHAKE_SECONDS)
