@@ -7,7 +7,10 @@ namespaces, root, working directory and umask, runs the very same plugin code, a
 reports the exit status, which this process then exits with. When there is no helper, it
 is not root, it declines, or anything at all goes wrong before the worker starts,
 `delegate` returns and the plugin does the work itself: correctness never depends on
-the helper, only start-up time does.
+the helper, only start-up time does. A helper that is gone costs nothing (the connection
+is refused); one that is there but does not answer costs one short wait, after which the
+plugin leaves a marker next to the socket (STALLED) and later calls skip the helper until
+the helper, alive again, removes it.
 
 This module runs on every container start, so it imports only builtin modules (`posix`,
 `_socket`; not even `os`) and costs well under a millisecond when no helper is there.
@@ -17,6 +20,7 @@ Wire protocol (SOCK_SEQPACKET, so each send is one message):
   helper -> plugin   b"R" (a worker took the call) or b"F" (declined: do it yourself)
   plugin -> helper   b"G" with SCM_RIGHTS: stdin, stdout, stderr, the plugin's net, mnt,
                      user and pid namespaces, its root and its working directory
+  helper -> plugin   b"V" + the request's cniVersion, once the worker has read stdin
   helper -> plugin   b"X" + exit status byte, or b"F" (could not become the plugin: nothing
                      was run, do it yourself)
 Descriptors travel only once a live worker has answered: a stopped or wedged helper never
@@ -34,8 +38,14 @@ import sys
 MAGIC = b"CNIMETA1"
 ENV_VAR = b"CNI_META_HELPER"
 DEFAULT_SOCKET = "/run/cni/meta-helper.sock"
-# How long the plugin waits for the helper to say ready before doing the work itself.
-HANDSHAKE_SECONDS = 2.0
+# How long the plugin waits for the helper to say ready before doing the work itself. A
+# live helper answers in about a millisecond (a spare is waiting, or one is forked at once).
+HANDSHAKE_SECONDS = 0.5
+# Next to the socket: a plugin found the helper unresponsive; the helper removes it.
+STALLED = ".stalled"
+# The cniVersion of an error when the worker died before it read the request: the newest
+# (common.versions.LATEST, not imported here: this module imports only builtins).
+LATEST_VERSION = b"1.1.0"
 # The descriptors sent, in this order (the helper relies on it).
 PASSED = ("stdin", "stdout", "stderr", "net", "mnt", "user", "pid", "root", "cwd")
 _NS_FILES = ("/proc/self/ns/net", "/proc/self/ns/mnt", "/proc/self/ns/user", "/proc/self/ns/pid")
@@ -60,6 +70,8 @@ def socket_path() -> bytes | None:
 
 
 def request_message(name: str, umask: int) -> bytes:
+    # An entry "=x=y" (legal for execve) arrives here with the name "": it cannot be
+    # recreated with putenv, so such a call is not handed over (see delegate).
     env = b"\0".join(k + b"=" + v for k, v in posix.environ.items())
     return b"\0".join((MAGIC, name.encode(), code_id(), b"%o" % umask, env))
 
@@ -88,20 +100,40 @@ def delegate(name: str) -> None:
     if not posix.environ.get(b"CNI_COMMAND"):
         return  # the banner: nothing to gain
     path = socket_path()
-    if path is None or posix.geteuid() != 0:
+    if path is None or posix.geteuid() != 0 or b"" in posix.environ:
         return
+    try:
+        posix.stat(path + STALLED.encode())
+        return  # the helper did not answer a recent call and has not recovered since
+    except OSError:
+        pass
     try:
         sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_SEQPACKET | _socket.SOCK_CLOEXEC)
     except OSError:
         return
     try:
         status = _handoff(sock, path, name)
+    except TimeoutError:
+        status = None  # connected, but nobody answered in time: frozen or swamped
+        _mark_stalled(path)
     except OSError:
-        status = None  # connection refused, timeout, no socket, helper gone before "R"
+        status = None  # connection refused, no socket, helper gone before "R"
     finally:
         sock.close()
     if status is not None:
         posix._exit(status)
+
+
+def _mark_stalled(path: bytes) -> None:
+    try:
+        fd = posix.open(
+            path + STALLED.encode(),
+            posix.O_WRONLY | posix.O_CREAT | posix.O_NOFOLLOW | posix.O_CLOEXEC | posix.O_NONBLOCK,
+            0o600,
+        )
+        posix.close(fd)
+    except OSError:
+        pass  # e.g. a read-only directory: every call then pays the short wait
 
 
 def _handoff(sock: _socket.socket, path: bytes, name: str) -> int | None:
@@ -124,16 +156,22 @@ def _handoff(sock: _socket.socket, path: bytes, name: str) -> int | None:
     # Committed: the worker is running our invocation. Wait as long as it takes (the
     # plugins bound their own waits, e.g. lock deadlines).
     sock.settimeout(None)
-    reply = sock.recv(16)
+    version = LATEST_VERSION
+    reply = sock.recv(64)
     if reply == b"F":
         return None  # it could not enter our namespaces: nothing ran
+    if reply[:1] == b"V":
+        if reply[1:].replace(b".", b"").isdigit():  # it goes into JSON as it is
+            version = reply[1:]
+        reply = sock.recv(16)
     if len(reply) == 2 and reply[:1] == b"X":
         return reply[1]
-    # The worker died without an answer (killed, out of memory): like a crashed plugin.
-    # Every verb is safe to retry, so say so.
+    # The worker died without an answer (killed, out of memory, --call-limit): like a
+    # crashed plugin. Every verb is safe to retry, so say so.
     posix.write(
         1,
-        b'{"code": 11, "msg": "the cni-meta-plugins helper worker ended without an answer",'
-        b' "details": "retry; the plugins recover from interrupted calls"}\n',
+        b'{"cniVersion": "%s", "code": 11, "msg": "the cni-meta-plugins helper worker ended'
+        b' without an answer", "details": "retry; the plugins recover from interrupted calls"}\n'
+        % version,
     )
     return 1
