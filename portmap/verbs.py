@@ -122,6 +122,9 @@ def delete(request: Request) -> None:
         except CniError as e:
             request.log.warning(f"cannot plan from the DEL config: {e}")
     flush_conntrack(backend.delete(att, plan), request.log)
+    from portmap.go_takeover import release  # what the Go portmap made, if not we
+
+    flush_conntrack(release(att.network, att.container_id, recorded, sd, request.log), request.log)
 
 
 def check(request: Request) -> None:
