@@ -23,7 +23,7 @@ it with getsockopt. libnftables or libiptc are loaded only when something was fo
 
 from __future__ import annotations
 
-import socket
+import _socket  # not socket: that imports selectors and enum (~2 ms) for nothing here
 import struct
 
 from common.digest import sha512_hex
@@ -76,9 +76,12 @@ def nft_has(family: int, table: str, chain: str | None = None) -> bool:
     body = struct.pack("=BBH", _NFPROTO[family], 0, 0) + attrs
     header = struct.pack("=IHHII", 16 + len(body), _NFT_SUBSYS | msg_type, _NLM_F_REQUEST, 1, 0)
     try:
-        with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 12) as s:  # NETLINK_NETFILTER
+        s = _socket.socket(_socket.AF_NETLINK, _socket.SOCK_RAW, 12)  # NETLINK_NETFILTER
+        try:
             s.send(header + body)
             answer = s.recv(65536)
+        finally:
+            s.close()
     except OSError:
         return False  # no nf_tables here: nothing of Go's in it either
     if len(answer) < 16:
@@ -88,7 +91,7 @@ def nft_has(family: int, table: str, chain: str | None = None) -> bool:
 
 
 _LEGACY_NAMES = {4: "/proc/net/ip_tables_names", 6: "/proc/net/ip6_tables_names"}
-_SOL = {4: socket.IPPROTO_IP, 6: socket.IPPROTO_IPV6}
+_SOL = {4: _socket.IPPROTO_IP, 6: _socket.IPPROTO_IPV6}
 _SO_GET_INFO, _SO_GET_ENTRIES = 64, 65  # IPT_/IP6T_SO_GET_*: same numbers for both
 _GETINFO_SIZE = 84  # name[32], valid_hooks, hook_entry[5], underflow[5], num_entries, size
 _GET_ENTRIES_HEADER = 40  # name[32], size, then 8-aligned entries
@@ -117,11 +120,11 @@ def _legacy_nat_blob(family: int) -> bytes | None:
 
     c = libc()
     try:
-        s = socket.socket(socket.AF_INET6 if family == 6 else socket.AF_INET, socket.SOCK_RAW,
-                          socket.IPPROTO_RAW)  # fmt: skip
+        s = _socket.socket(_socket.AF_INET6 if family == 6 else _socket.AF_INET,
+                           _socket.SOCK_RAW, _socket.IPPROTO_RAW)  # fmt: skip
     except OSError:
         return None
-    with s:
+    try:
         info = ctypes.create_string_buffer(b"nat", _GETINFO_SIZE)
         length = ctypes.c_uint32(_GETINFO_SIZE)
         if c.getsockopt(s.fileno(), _SOL[family], _SO_GET_INFO, info, ctypes.byref(length)):
@@ -133,19 +136,16 @@ def _legacy_nat_blob(family: int) -> bytes | None:
         if c.getsockopt(s.fileno(), _SOL[family], _SO_GET_ENTRIES, entries, ctypes.byref(length)):
             return None  # e.g. the table changed size in between: let libiptc look
         return entries.raw
+    finally:
+        s.close()
 
 
 # ---------------------------------------------------------------------------- removal
 
 
-def release(
-    network: str, container_id: str, recorded: object, sd: StateDir, log: Log
-) -> UdpTargets:
-    """Remove Go's objects of this attachment; (family, host ip, port) of its UDP
-    mappings for the conntrack flush. Nothing to do when we have state for it (then we
-    made it: `recorded`) or nothing of Go's is there."""
-    if recorded is not None:
-        return []
+def release(network: str, container_id: str, sd: StateDir, log: Log) -> UdpTargets:
+    """Remove Go's objects of this attachment (one we have no state for); (family, host
+    ip, port) of its UDP mappings for the conntrack flush."""
     chain = go_chain_name(network, container_id)
     iptables_nft = [f for f in (6, 4) if nft_has(f, "nat", chain)]
     go_nft = [f for f in (6, 4) if nft_has(f, GO_TABLE)]
