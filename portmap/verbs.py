@@ -122,6 +122,10 @@ def delete(request: Request) -> None:
         except CniError as e:
             request.log.warning(f"cannot plan from the DEL config: {e}")
     flush_conntrack(backend.delete(att, plan), request.log)
+    if recorded is None:  # not made by us: perhaps by the Go portmap (see go_takeover)
+        from portmap.go_takeover import release
+
+        flush_conntrack(release(att.network, att.container_id, sd, request.log), request.log)
 
 
 def check(request: Request) -> None:
