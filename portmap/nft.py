@@ -622,14 +622,27 @@ class NftBackend:
                 mine = sorted(e for e, c in nft.listing() if tag_of(c) == att.tag)
             else:
                 mine = _owned(nft, candidates, att.tag) if candidates else []
-            # The last attachment leaves the host as it found it, also when it has nothing
-            # in the table (an ADD that failed or was killed before its transaction).
-            if self._last_owner(nft, att):
-                nft.must([f"delete table {T}"], f"delete the port mappings of {att}")
-            elif mine:
-                nft.must(delete_text(mine), f"delete the port mappings of {att}")
+            rc, err = self._delete_owned(nft, att, mine)
+            if rc != 0 and nft.table_exists():
+                # A transaction fails as a whole when one of its objects is gone (someone
+                # deleted it meanwhile): once more with what is left of ours.
+                rc, err = self._delete_owned(nft, att, _owned(nft, mine, att.tag))
+            if rc != 0 and nft.table_exists():
+                raise CniError(
+                    KERNEL_FAILURE, f"nftables refused to delete the port mappings of {att}",
+                    _first_error(err),
+                )  # fmt: skip
             state.remove(self.sd, att)
             return udp_targets(mine)
+
+    def _delete_owned(self, nft: Nft, att: Attachment, mine: list[Element]) -> tuple[int, str]:
+        # The last attachment leaves the host as it found it, also when it has nothing
+        # in the table (an ADD that failed or was killed before its transaction).
+        lines = [f"delete table {T}"] if self._last_owner(nft, att) else delete_text(mine)
+        if not lines:
+            return 0, ""
+        rc, _, err = nft.run("\n".join(lines))
+        return rc, err
 
     def _last_owner(self, nft: Nft, att: Attachment) -> bool:
         """Whether `att` owns every claim in the table (so the table can go with it).
