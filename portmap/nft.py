@@ -608,14 +608,15 @@ class NftBackend:
             data = state.read(self.sd, att)
             candidates = _state_elements(data)
             nft = Nft()
-            if candidates and data and data.get("committed") is True:
+            committed = candidates if data and data.get("committed") is True else None
+            if committed:
                 # Fast path (no read, see add): the state says exactly what we own.
                 last = self._last_owner(nft, att)
-                lines = [f"delete table {T}"] if last else delete_text(candidates)
+                lines = [f"delete table {T}"] if last else delete_text(committed)
                 rc, _, _ = nft.run("\n".join(lines))
                 if rc == 0:
                     state.remove(self.sd, att)
-                    return udp_targets(candidates)
+                    return udp_targets(committed)
             if candidates is None and plan is not None and not plan.empty:
                 candidates = plan_elements(plan)
             if candidates is None:
@@ -633,7 +634,9 @@ class NftBackend:
                     _first_error(err),
                 )  # fmt: skip
             state.remove(self.sd, att)
-            return udp_targets(mine)
+            # What the state knew as ours was so until a moment ago, even when it vanished
+            # before this DEL saw it: its flows must not outlive it.
+            return udp_targets(sorted(set(mine) | set(committed or ())))
 
     def _delete_owned(self, nft: Nft, att: Attachment, mine: list[Element]) -> tuple[int, str]:
         # The last attachment leaves the host as it found it, also when it has nothing
