@@ -70,6 +70,11 @@ IFF_UP = 0x1
 TCA_EGRESS_REDIR = 1
 MATCH_ALL = ["0x0/0x0+0"]  # u32: 0 under mask 0 at offset 0, i.e. every packet
 CREATE = NLM_F_CREATE | NLM_F_EXCL
+# What the kernel answers when the object a request names is not there (any more): the
+# device (ENODEV: a host veth the kernel destroys a moment after its netns went), the
+# qdisc or filter (ENOENT; EINVAL for a qdisc the device never had). For a read that is
+# "none", for a delete "done". A create meeting them fails: it cannot do its job.
+GONE = (errno.ENODEV, errno.ENOENT, errno.EINVAL)
 
 
 def read_psched(path: str = PSCHED) -> Psched:
@@ -220,7 +225,7 @@ class Rtnl:
         # A GET for one parent rather than a dump: a dump lists every qdisc of every
         # device, hundreds on a busy node. The kernel answers a GET only with ECHO.
         msg = self._tcmsg(index, parent)
-        found = self._request(msg, RTM_GETQDISC, NLM_F_ECHO, tolerate=(errno.ENOENT, errno.EINVAL))
+        found = self._request(msg, RTM_GETQDISC, NLM_F_ECHO, tolerate=GONE)
         return _qdisc(found[0]) if found else None
 
     def device_state(self, link: Link) -> DeviceState:
@@ -231,7 +236,7 @@ class Rtnl:
         if state.ingress is None:
             return state
         msg = self._tcmsg(link.index, state.filter_parent)
-        filters = self._request(msg, RTM_GETTFILTER, dump=True)
+        filters = self._request(msg, RTM_GETTFILTER, dump=True, tolerate=GONE)
         return DeviceState(link, qdiscs, tuple(_filter(m) for m in filters))
 
     def observe(self, device: Link | None, ifb: str) -> Observed:
@@ -294,7 +299,7 @@ class Rtnl:
             if link is not None:
                 msg = self.m.ifinfmsg()
                 msg["index"] = link.index
-                self._request(msg, RTM_DELLINK, tolerate=(errno.ENODEV,))
+                self._request(msg, RTM_DELLINK, tolerate=GONE)
         elif isinstance(action, SetTbf):
             target = self._index(action.ifb) if action.ifb else _need(device).index
             tbf = action.tbf
@@ -307,18 +312,18 @@ class Rtnl:
             self._request(msg, RTM_NEWQDISC, NLM_F_CREATE | NLM_F_REPLACE)
         elif isinstance(action, DeleteRootQdisc):
             msg = self._tcmsg(_need(device).index, TC_H_ROOT)
-            self._request(msg, RTM_DELQDISC, tolerate=(errno.EINVAL, errno.ENOENT))
+            self._request(msg, RTM_DELQDISC, tolerate=GONE)
         elif isinstance(action, AddIngressQdisc):
             msg = self._tcmsg(_need(device).index, TC_H_INGRESS, INGRESS_HANDLE)
             msg["attrs"] = [["TCA_KIND", "ingress"]]
             self._request(msg, RTM_NEWQDISC, CREATE, tolerate=(errno.EEXIST,))
         elif isinstance(action, DeleteIngressQdisc):
             msg = self._tcmsg(_need(device).index, TC_H_INGRESS, INGRESS_HANDLE)
-            self._request(msg, RTM_DELQDISC, tolerate=(errno.EINVAL, errno.ENOENT))
+            self._request(msg, RTM_DELQDISC, tolerate=GONE)
         elif isinstance(action, DeleteFilters):
             info = (action.prio << 16) | htons(action.protocol)
             msg = self._tcmsg(_need(device).index, action.parent, info=info)
-            self._request(msg, RTM_DELTFILTER, tolerate=(errno.ENOENT, errno.EINVAL))
+            self._request(msg, RTM_DELTFILTER, tolerate=GONE)
         elif isinstance(action, AddRedirect):
             redirect = {"kind": "mirred", "direction": "egress", "action": "redirect",
                         "ifindex": self._index(action.ifb)}  # fmt: skip

@@ -137,8 +137,10 @@ def add(request: Request) -> Result | None:
             try:
                 sock.apply(result.actions, device)
             except CniError:
-                _undo(sock, device, new, request)
-                states.remove(new.file)
+                # The record goes only once the undo worked: otherwise DEL still needs it
+                # to know what this attachment owns (e.g. the tbf on the host veth).
+                if _undo(sock, device, new, request):
+                    states.remove(new.file)
                 raise
             done = ", ".join(type(a).__name__ for a in result.actions) or "nothing to change"
             request.log.info(f"shaping on {where.placement.mode} device {device.name}: {done}")
@@ -146,8 +148,9 @@ def add(request: Request) -> Result | None:
     return _report(_prev_result(request), where.placement, ifb_link, request.netns)
 
 
-def _undo(sock: Rtnl, device: Link, rec: Record, request: Request) -> None:
-    """After a failed ADD: remove what this attachment owns, so nothing is half-done."""
+def _undo(sock: Rtnl, device: Link, rec: Record, request: Request) -> bool:
+    """After a failed ADD: remove what this attachment owns, so nothing is half-done.
+    Returns whether that worked."""
     try:
         observed = sock.observe(device, rec.ifb)
         alias = ifb_alias(rec.network, rec.container_id, rec.ifname)
@@ -156,7 +159,9 @@ def _undo(sock: Rtnl, device: Link, rec: Record, request: Request) -> None:
         )
         sock.apply(result.actions, device)
     except CniError as e:
-        request.log.error(f"could not undo a failed ADD: {e}")
+        request.log.error(f"could not undo a failed ADD (DEL will finish it): {e}")
+        return False
+    return True
 
 
 def _report(prev: Result, placement: Placement, ifb: Link | None, netns: str) -> Result:

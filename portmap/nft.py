@@ -608,28 +608,44 @@ class NftBackend:
             data = state.read(self.sd, att)
             candidates = _state_elements(data)
             nft = Nft()
-            if candidates and data and data.get("committed") is True:
+            committed = candidates if data and data.get("committed") is True else None
+            if committed:
                 # Fast path (no read, see add): the state says exactly what we own.
                 last = self._last_owner(nft, att)
-                lines = [f"delete table {T}"] if last else delete_text(candidates)
+                lines = [f"delete table {T}"] if last else delete_text(committed)
                 rc, _, _ = nft.run("\n".join(lines))
                 if rc == 0:
                     state.remove(self.sd, att)
-                    return udp_targets(candidates)
+                    return udp_targets(committed)
             if candidates is None and plan is not None and not plan.empty:
                 candidates = plan_elements(plan)
             if candidates is None:
                 mine = sorted(e for e, c in nft.listing() if tag_of(c) == att.tag)
             else:
                 mine = _owned(nft, candidates, att.tag) if candidates else []
-            # The last attachment leaves the host as it found it, also when it has nothing
-            # in the table (an ADD that failed or was killed before its transaction).
-            if self._last_owner(nft, att):
-                nft.must([f"delete table {T}"], f"delete the port mappings of {att}")
-            elif mine:
-                nft.must(delete_text(mine), f"delete the port mappings of {att}")
+            rc, err = self._delete_owned(nft, att, mine)
+            if rc != 0 and nft.table_exists():
+                # A transaction fails as a whole when one of its objects is gone (someone
+                # deleted it meanwhile): once more with what is left of ours.
+                rc, err = self._delete_owned(nft, att, _owned(nft, mine, att.tag))
+            if rc != 0 and nft.table_exists():
+                raise CniError(
+                    KERNEL_FAILURE, f"nftables refused to delete the port mappings of {att}",
+                    _first_error(err),
+                )  # fmt: skip
             state.remove(self.sd, att)
-            return udp_targets(mine)
+            # What the state knew as ours was so until a moment ago, even when it vanished
+            # before this DEL saw it: its flows must not outlive it.
+            return udp_targets(sorted(set(mine) | set(committed or ())))
+
+    def _delete_owned(self, nft: Nft, att: Attachment, mine: list[Element]) -> tuple[int, str]:
+        # The last attachment leaves the host as it found it, also when it has nothing
+        # in the table (an ADD that failed or was killed before its transaction).
+        lines = [f"delete table {T}"] if self._last_owner(nft, att) else delete_text(mine)
+        if not lines:
+            return 0, ""
+        rc, _, err = nft.run("\n".join(lines))
+        return rc, err
 
     def _last_owner(self, nft: Nft, att: Attachment) -> bool:
         """Whether `att` owns every claim in the table (so the table can go with it).

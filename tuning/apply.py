@@ -26,6 +26,15 @@ IFF_PROMISC = 0x100
 IFF_ALLMULTI = 0x200
 # Errors that mean "this value or key is wrong", as opposed to "the kernel failed".
 _CONFIG_ERRNOS = frozenset({errno.EINVAL, errno.ERANGE, errno.EADDRNOTAVAIL, errno.EACCES})
+# What restoring meets when the interface went away meanwhile (with its netns, or deleted):
+# its sysctl files vanish (ENOENT) or refuse a write already opened (ENODEV), a link
+# request names an ifindex that no longer exists (ENODEV). Nothing is left to put back.
+_GONE_ERRNOS = frozenset({errno.ENOENT, errno.ENODEV})
+
+
+class UndoFailed(CniError):
+    """ADD failed, and putting back what it had already changed failed too: the backup
+    must outlive the ADD so that DEL can finish the undo."""
 
 
 # ---------------------------------------------------------------------------- sysctls
@@ -175,8 +184,9 @@ class Links:
             max_mtu=msg.get_attr("IFLA_MAX_MTU"),
         )
 
-    def change(self, ifname: str, index: int, want: LinkSettings) -> None:
-        """One RTM_NEWLINK (a "set") with every attribute to change."""
+    def change(self, ifname: str, index: int, want: LinkSettings, *, gone_ok: bool = False) -> None:
+        """One RTM_NEWLINK (a "set") with every attribute to change. `gone_ok`: an
+        interface that no longer exists is not an error (restoring: nothing to restore)."""
         from common.rtnl import RTM_NEWLINK, NetlinkError
 
         attrs: list[list[Any]] = []
@@ -205,6 +215,8 @@ class Links:
             rtnl.request(msg, RTM_NEWLINK)
         except NetlinkError as e:
             code = e.errno or 0
+            if gone_ok and code == errno.ENODEV:
+                return
             what = f"the kernel refused to set {', '.join(names)} on {ifname}"
             if code in _CONFIG_ERRNOS:
                 hint = os.strerror(code)
@@ -291,7 +303,8 @@ def observe(plan: Plan, links: Links) -> Observed:
 
 
 def apply(plan: Plan, before: Observed, links: Links) -> None:
-    """Make the namespace match the plan; on failure put back what was already changed."""
+    """Make the namespace match the plan; on failure put back what was already changed,
+    and raise UndoFailed instead of the failure's error when that did not work either."""
     done: list[SysctlWrite] = []
     try:
         if before.link is not None:
@@ -303,35 +316,38 @@ def apply(plan: Plan, before: Observed, links: Links) -> None:
                 what = f"value {w.value!r} for sysctl {w.key}"
                 raise _sysctl_error(what, e, plan.ifname) from None
             done.append(w)
-    except CniError:
+    except CniError as e:
         changed = {w.path: before.sysctls.get(w.path) for w in done}
-        restore(originals(plan, before.link, changed), plan.ifname, links)
+        failures = restore(originals(plan, before.link, changed), plan.ifname, links)
+        if failures:
+            undo = f"; could not put back {len(failures)} value(s): {'; '.join(failures)}"
+            raise UndoFailed(e.code, e.msg, e.details + undo) from None
         raise
 
 
 def restore(backup: Backup, ifname: str, links: Links) -> list[str]:
     """Put the originals back, in reverse order of change; what no longer exists (the
-    interface, a per-interface sysctl) is skipped. Returns the failures."""
+    interface, a per-interface sysctl) is skipped, also when it vanishes midway. Returns
+    the failures."""
     failures = []
     for path, value in reversed(backup.sysctls):
         try:
             write_sysctl(resolve_sysctl(path), value)
-        except FileNotFoundError:
-            continue
         except (OSError, CniError) as e:
-            failures.append(f"sysctl {path.replace('/', '.')}: {e}")
+            if not (isinstance(e, OSError) and e.errno in _GONE_ERRNOS):
+                failures.append(f"sysctl {path.replace('/', '.')}: {e}")
     if backup.has_link:
-        link = links.observe(ifname)
-        if link is not None:
-            original = LinkSettings(
-                mac=backup.mac,
-                mtu=backup.mtu,
-                promisc=backup.promisc,
-                allmulti=backup.allmulti,
-                tx_qlen=backup.tx_qlen,
-            )
-            try:
-                links.change(ifname, link.index, original)
-            except CniError as e:
-                failures.append(str(e))
+        original = LinkSettings(
+            mac=backup.mac,
+            mtu=backup.mtu,
+            promisc=backup.promisc,
+            allmulti=backup.allmulti,
+            tx_qlen=backup.tx_qlen,
+        )
+        try:
+            link = links.observe(ifname)
+            if link is not None:
+                links.change(ifname, link.index, original, gone_ok=True)
+        except CniError as e:
+            failures.append(str(e))
     return failures

@@ -45,6 +45,11 @@ def add(request: Request) -> Result:
         store.save(cid, ifname, backup.keeping_older(older))
         try:
             apply.apply(plan, before, links)
+        except apply.UndoFailed as e:
+            # Some changes are still in place: the backup just saved is what lets the
+            # DEL the runtime sends after a failed ADD put them back.
+            request.log.error(f"ADD failed and was not fully undone; DEL will finish: {e}")
+            raise
         except CniError:
             # apply() already put the namespace back; put the backup file back too.
             if older is None:
