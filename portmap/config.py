@@ -125,6 +125,15 @@ def _parse_host_ip(entry: JsonObject) -> str:
     text = raw.strip()
     if text.startswith("[") and text.endswith("]"):
         text = text[1:-1]
+    if "%" in text:
+        # Python's ipaddress accepts any text after the '%' of an IPv6 zone, and the address
+        # goes into nft text; Go's net.ParseIP refuses zones, and neither backend can match
+        # a destination by zone anyway.
+        raise invalid_config(
+            f"{entry.path('hostIP')} {raw[:60]!r} has an IPv6 zone id ('%...')",
+            "give the address without a zone (e.g. fe80::1), or leave hostIP out to mean "
+            "every local address",
+        )
     try:
         addr = ipaddress.ip_address(text)
     except ValueError:
