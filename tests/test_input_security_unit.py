@@ -55,6 +55,7 @@ def nft_text(config: cfg.PortmapConfig, att: cfg.Attachment, prev: dict[str, Any
     """Every line of nft text an ADD and a DEL of this attachment would send."""
     plan = make_plan(config, att, Result.from_json(prev, "1.0.0"), "nftables")
     elements = nft.plan_elements(plan)
+    assert all(nft.is_plain(e) for e in elements)
     lines = [*nft.skeleton_text()]
     for lane in nft.plan_lanes(plan):
         lines += lane.create_text()
@@ -132,6 +133,143 @@ def test_the_rendering_check_catches_an_injection() -> None:
         assert_inert('add element inet t s { 1 comment "a" } \nflush ruleset')
     with pytest.raises(AssertionError):
         assert_inert('add element inet t s { 1 comment "a"}"; }')
+
+
+def test_element_keys_read_back_from_a_state_file_must_be_plain() -> None:
+    """DEL and ADD put the keys of the state file into `get`/`delete element` text."""
+    objects = [
+        ["claims4", "10.0.0.1 . tcp . 8080"],
+        ["hostip6_0a1b2c3d", "fd00::1 . udp . 53"],
+        ["hairpin4", "10.88.0.0 . 10.88.0.5"],
+        ["claims4", '10.0.0.1 . tcp . 1 } ; flush ruleset ; delete element x y { "'],
+        ["claims4", "10.0.0.1 . tcp . 1\nflush ruleset"],
+        ["claims4 } ", "1"],
+    ]
+    kept = nft._state_elements({"backend": "nftables", "objects": objects})
+    assert kept is not None
+    assert [[e.set, e.key] for e in kept] == objects[:3]
+
+
+# ---------------------------------------------------------------------------- conditions
+
+ALLOWED_V4 = [
+    ["ip saddr 10.0.0.0/8"],
+    ["ip saddr != { 10.0.0.0/8, 192.168.0.0/16 }"],
+    ["ip", "saddr", "10.0.0.0/8"],
+    ["ip daddr 192.168.1.1-192.168.1.9"],
+    ["ip saddr == 10.1.2.3", "iifname eth0"],
+    ['iifname "eth*"'],
+    ['oifname != { "eth0", "br-1" }'],
+    ["meta l4proto tcp"],
+    ["meta l4proto { tcp, udp }"],
+    ["tcp sport 1024-65535"],
+    ["udp sport != 53"],
+    ["th sport { 1000, 2000-2100 }"],
+    ["tcp sport < 1024"],
+    ["meta mark 0x10"],
+    ["meta iifname eth0"],
+]
+
+
+@pytest.mark.parametrize("conditions", ALLOWED_V4, ids=lambda c: " ".join(c))
+def test_plain_match_expressions_are_allowed(conditions: list[str]) -> None:
+    options = portmap_conf([], conditionsV4=conditions).options
+    assert options.conditions_v4
+    config = portmap_conf([{"hostPort": 8080, "containerPort": 80}], conditionsV4=conditions)
+    text = nft_text(config, cfg.Attachment("n", "c", "eth0"), PREV)
+    assert_inert(text)
+    assert " ".join(options.conditions_v4) + " dnat ip to" in text
+
+
+def test_allowed_conditions_keep_their_text_when_already_canonical() -> None:
+    """The lane of an attachment is named by a hash of its conditions: a condition
+    written the usual way must keep its text, or existing lanes would be orphaned."""
+    written = ["ip saddr 10.0.0.0/8", 'iifname "eth0"', "ip saddr != { 10.0.0.0/8, 1.2.3.4 }"]
+    assert portmap_conf([], conditionsV4=written).options.conditions_v4 == tuple(written)
+    v6 = ["ip6 saddr fd00::/8"]
+    assert portmap_conf([], conditionsV6=v6).options.conditions_v6 == tuple(v6)
+
+
+@pytest.mark.parametrize(
+    ("condition", "token"),
+    [
+        ("ip saddr 1.2.3.4; flush ruleset", ";"),
+        ("ip saddr 1.2.3.4\nflush ruleset", "\\n"),
+        ("ip saddr 1.2.3.4 # x", "#"),
+        ("accept", "accept"),
+        ("jump x", "jump"),
+        ("ip saddr 1.2.3.4 counter", "counter"),
+        # the statements of the finding: set changes and side effects
+        ("add @claims4 { ip saddr . meta l4proto . th dport }", "add"),
+        ("update @lanes { meta mark }", "update"),
+        ("delete @claims4 { ip saddr . meta l4proto . th dport }", "delete"),
+        ("ip saddr vmap { 1.2.3.4 : accept }", "vmap"),
+        ("tcp dport 80 tproxy to :8080", "tproxy"),
+        ("tcp dport 80 synproxy mss 1460", "synproxy"),
+        ("flow add @ft", "flow"),
+        ("meter m { ip saddr limit rate 10/second }", "meter"),
+        ("ip saddr @claims4", "@claims4"),
+        ("ip saddr 10.0.0.0/33", "10.0.0.0/33"),
+        ("ip saddr example.com", "example.com"),  # no DNS lookup at rule load
+        ("ip6 saddr fd00::/8", "ip6"),  # an IPv6 match in conditionsV4
+        ("ip saddr fd00::1", "fd00::1"),
+        ("ip saddr fe80::1%eth0", "%"),
+        ('iifname "eth0" "x"', '"x"'),
+        ('iifname "a"b"', '"a"b"'),
+        ("iifname averyveryverylongname", "averyveryverylongname"),
+        ("tcp dport 70000", "70000"),
+        ("tcp dport http", "http"),
+        ("ip saddr", "ip saddr"),
+        ("ip saddr { 1.2.3.4", "{"),
+        ("ip saddr 1.2.3.4 }", "}"),
+        ("meta nftrace set 1", "nftrace"),
+        ("ct mark set 1", "ct"),
+        ("ip saddr != != 1.2.3.4", "!="),
+        ("ip saddr < 1.2.3.4", "<"),
+    ],
+)
+def test_anything_but_a_plain_match_is_error_7_naming_the_token(condition: str, token: str) -> None:
+    err = refusal([], conditionsV4=[condition])
+    assert "conditionsV4" in err.msg and token in err.msg, err.msg
+    assert err.details  # what is allowed
+    assert "\n" not in err.msg + err.details
+
+
+def test_iptables_conditions_are_an_allowlist_too() -> None:
+    ok = ["!", "-s", "10.0.0.0/8", "-i", "eth+", "-m", "addrtype", "--dst-type", "LOCAL"]
+    assert portmap_conf([], conditionsV4=ok, backend="iptables").options.conditions_v4
+    for bad, token in [
+        (["-m", "recent", "--set"], "recent"),  # records every source: a side effect
+        (["-m", "quota", "--quota", "1"], "quota"),
+        (["-m", "addrtype", "--foo", "x"], "--foo"),
+        (["-s", "example.com"], "example.com"),  # resolved by DNS: refused
+        (["-s", "10.0.0.1\n"], "10.0.0.1"),
+        (["-x", "y"], "-x"),
+        (["-s"], "-s"),
+        (["-i", 'eth0"'], "eth0"),
+        (["-j", "ACCEPT"], "-j"),
+    ]:
+        err = refusal([], conditionsV4=bad)
+        assert token in err.msg, (bad, err.msg)
+
+
+def test_translated_iptables_conditions_render_from_addresses() -> None:
+    tokens = ("!", "-s", "10.0.0.0/8,192.168.0.0/16", "-i", "eth+")
+    assert cfg.iptables_to_nft(tokens, 4, "conditionsV4") == (
+        "ip saddr != { 10.0.0.0/8, 192.168.0.0/16 }",
+        'iifname "eth*"',
+    )
+    with pytest.raises(CniError) as e:
+        cfg.iptables_to_nft(("-s", "10.0.0.0/8}"), 4, "conditionsV4")
+    assert e.value.code == 7
+
+
+@pytest.mark.parametrize("payload", HOSTILE)
+@pytest.mark.parametrize("key", ["conditionsV4", "conditionsV6"])
+def test_hostile_conditions_never_reach_nft_text(key: str, payload: str) -> None:
+    base = "ip saddr 10.0.0.0/8" if key == "conditionsV4" else "ip6 saddr fd00::/8"
+    for conditions in ([base + payload], [base, payload], [f'iifname "eth0{payload}"']):
+        refusal([], **{key: conditions})
 
 
 # ---------------------------------------------------------------------------- the log
