@@ -79,8 +79,18 @@ class StateDir:
         return cls(os.path.join(root or state_root(), plugin))
 
     def ensure(self) -> None:
+        """Create the directory if needed, then check it (see `check`)."""
         try:
             make_private_dirs(self.directory)
+        except OSError as e:
+            raise CniError(
+                IO_FAILURE, f"cannot create state directory {self.directory}", str(e)
+            ) from None
+        self.check()
+
+    def check(self) -> None:
+        """Refuse the directory unless only we can write in it (error `refusal_code`)."""
+        try:
             fd = os.open(
                 self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
             )
@@ -88,7 +98,7 @@ class StateDir:
             if os.path.islink(self.directory):
                 raise self._refusal("it is a symlink", "give the directory's real path") from None
             raise CniError(
-                IO_FAILURE, f"cannot create state directory {self.directory}", str(e)
+                IO_FAILURE, f"cannot open state directory {self.directory}", str(e)
             ) from None
         try:
             st = os.fstat(fd)

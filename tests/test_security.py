@@ -9,7 +9,8 @@
   answered in bounded time and memory (measured with wait4: wall clock and peak RSS; the
   time bound is only a hang detector);
 * state directories 0700 and files 0600 even under a umask of 0, and a state directory
-  someone else created first is refused;
+  someone else created first is refused; so is a tuning dataDir someone else owns, with
+  symlinks planted in it;
 * no `shell=True`, no string command lines, no os.system/os.popen anywhere in the code;
 * nothing secret from `args`, `runtimeConfig` or CNI_ARGS reaches the log.
 
@@ -727,6 +728,36 @@ def test_a_state_dir_someone_else_created_is_refused(attached: Attached, plugin:
     assert not list(planted.iterdir())
     assert dnat_targets(attached, "nftables") == (set(), set())
     assert not json.loads(attached.lab.host.ip("-j", "link", "show", "type", "ifb"))
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("command", ["ADD", "DEL"])
+def test_a_data_dir_with_planted_symlinks_makes_tuning_refuse_and_write_nothing(
+    attached: Attached, command: str
+) -> None:
+    """A dataDir someone else owns, with symlinks at the names of the lock, the backup and
+    its temporary file: root wrote through them (overwriting a root-owned file)."""
+    data_dir = attached.lab.workdir / "shared-data"
+    data_dir.mkdir()
+    targets = []
+    for name in ("tuning.lock", "sec1_eth0.json", "sec1_eth0.json.tmp"):
+        target = attached.lab.workdir / f"target-{name}"
+        target.write_text("root's file\n")
+        (data_dir / name).symlink_to(target)
+        targets.append(target)
+    os.chown(data_dir, 65534, 65534)
+    sysctl_before = attached.lab.ctr.sysctl("net.core.somaxconn")
+    conf = attached.conf("tuning", dataDir=str(data_dir), **TUNING_KEYS)
+    err = refused(attached.run("tuning", command, conf), 7)
+    assert "belongs to uid 65534" in err["msg"] and "dataDir" in err.get("details", ""), err
+    for target in targets:
+        assert target.read_text() == "root's file\n" and target.stat().st_uid == 0
+    assert attached.lab.ctr.sysctl("net.core.somaxconn") == sysctl_before
+    assert sorted(p.name for p in data_dir.iterdir()) == [
+        "sec1_eth0.json",
+        "sec1_eth0.json.tmp",
+        "tuning.lock",
+    ]
 
 
 # ---------------------------------------------------------------------------- no shell

@@ -167,6 +167,9 @@ class BackupStore:
         return self.dir.path(self.file_name(container_id, ifname))
 
     def load(self, container_id: str, ifname: str) -> Backup | None:
+        # DEL reads before it locks: the dataDir is checked here too, so that a planted
+        # file or symlink is refused as what it is.
+        self.dir.check()
         raw = self.dir.read_json(self.file_name(container_id, ifname))
         return None if raw is None else Backup.from_json(raw)
 
