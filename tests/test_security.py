@@ -4,7 +4,8 @@
   paths, symlinks, encoded separators) and keys that try to slip past the allowlist;
 * container ids and interface names carrying shell metacharacters, `../` or overlong
   values, and the valid-but-long ids a runtime may send (up to 1024 characters);
-* a hostIP of the other family than the container's addresses (portmap);
+* a hostIP of the other family than the container's addresses, or with an IPv6 zone
+  id, and conditions that act instead of matching (portmap);
 * oversized input: a 10 MB stdin, 100,000 port mappings, one `range` of 65,535 ports,
   answered in bounded time and memory (measured with wait4: wall clock and peak RSS; the
   time bound is only a hang detector);
@@ -481,6 +482,37 @@ def test_a_host_ip_only_forwards_within_its_own_family(
     assert (bool(v4), bool(v6)) == expect, (v4, v6)
     attached.run("portmap", "DEL", conf).ok()
     assert dnat_targets(attached, backend) == (set(), set())
+
+
+# Conditions that act instead of matching: each was accepted by the kernel (the old
+# denylist did not know them); the first would let any client's packets add keys to the
+# claims set, blocking host ports for every other attachment.
+ACTING_CONDITIONS = [
+    "update @claims4 { ip saddr . meta l4proto . th dport }",
+    "add @hairpin4 { ip saddr . ip daddr }",
+    "meter m4 { ip saddr }",
+]
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("condition", ACTING_CONDITIONS)
+def test_a_condition_that_acts_is_refused_before_the_kernel(
+    attached: Attached, condition: str
+) -> None:
+    conf = attached.conf("portmap", backend="nftables", conditionsV4=[condition], **PORTMAP_KEYS)
+    err = refused(attached.run("portmap", "ADD", conf), 7)
+    assert "is not an allowed match" in err["msg"], err
+    assert not nft_elements(attached.lab.host)  # no table at all
+
+
+@pytest.mark.root
+def test_a_host_ip_with_a_zone_id_is_refused_before_the_kernel(attached: Attached) -> None:
+    conf = attached.conf("portmap", backend="nftables")
+    mapping = {"hostPort": 8080, "containerPort": 80, "hostIP": "fd00:89:9::1%eth0"}
+    conf["runtimeConfig"] = {"portMappings": [mapping]}
+    err = refused(attached.run("portmap", "ADD", conf), 7)
+    assert "zone" in err["msg"], err
+    assert not nft_elements(attached.lab.host)
 
 
 # ---------------------------------------------------------------------------- oversized input
