@@ -15,7 +15,7 @@ import sys
 
 from common import versions
 from common.errors import INTERNAL, CniError
-from common.log import LOG_ENV, Log
+from common.log import LOG_ENV, Log, escape_field
 
 # `typing` costs several ms to import; type checkers treat this name as true whatever its
 # value, so the annotations below are checked without the runtime paying for them.
@@ -195,9 +195,12 @@ def _make_log(plugin: str, raw: dict[str, Any] | None, env: Mapping[str, str]) -
         lv = raw.get("logLevel")
         level = lv if isinstance(lv, str) else level
     path = path or env.get(LOG_ENV, "")
-    cid = env.get("CNI_CONTAINERID", "-")[:64]
+    # Logged before they are validated (a refusal of them is logged too): escaped.
+    cid = escape_field(env.get("CNI_CONTAINERID", "-")[:64])
     net = raw.get("name", "-") if isinstance(raw, dict) else "-"
-    prefix = f"{plugin} {env.get('CNI_COMMAND', '-')} {net}/{cid}/{env.get('CNI_IFNAME', '-')}"
+    net = escape_field(net[:120] if isinstance(net, str) else "-")
+    command = escape_field(env.get("CNI_COMMAND", "-")[:16])
+    prefix = f"{plugin} {command} {net}/{cid}/{escape_field(env.get('CNI_IFNAME', '-')[:64])}"
     return Log(path, prefix, level)
 
 

@@ -28,6 +28,8 @@ ROOT_ENV = "CNI_META_STATE_ROOT"
 LOCK_TIMEOUT_ENV = "CNI_META_LOCK_TIMEOUT"
 DEFAULT_LOCK_TIMEOUT = 30.0
 TMP_SUFFIX = ".tmp"  # <name>.tmp: the replacement being written (see write_json)
+# Every state and lock file is opened so: a symlink in its place is an error (ELOOP).
+_NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def state_root(environ: dict[str, str] | None = None) -> str:
@@ -54,6 +56,21 @@ def make_private_dirs(path: str) -> None:
 
 
 class StateDir:
+    """One directory of state files, checked before anything is written in it.
+
+    It must be a real directory (not a symlink) owned by us and writable by nobody else:
+    whoever else can write there can plant a symlink named like a file we are about to
+    write and make us overwrite any file of the node. The check looks at an fd opened
+    with O_NOFOLLOW, before any chmod; the files themselves are opened with O_NOFOLLOW
+    too (and the temporary one with O_EXCL).
+    """
+
+    # Refusing the directory: error 5 for the plugins' own dirs, which they create
+    # (remove it and they recreate it); tuning's dataDir, a config key, says 7.
+    refusal_code = IO_FAILURE
+    # Re-mode a looser directory of ours to 0700 (never one named by the config).
+    private = True
+
     def __init__(self, directory: str) -> None:
         self.directory = directory
 
@@ -62,22 +79,58 @@ class StateDir:
         return cls(os.path.join(root or state_root(), plugin))
 
     def ensure(self) -> None:
+        """Create the directory if needed, then check it (see `check`)."""
         try:
             make_private_dirs(self.directory)
-            os.chmod(self.directory, 0o700)
-            owner = os.lstat(self.directory).st_uid
         except OSError as e:
             raise CniError(
                 IO_FAILURE, f"cannot create state directory {self.directory}", str(e)
             ) from None
-        if owner != os.geteuid():
-            # Made by someone else first (through a writable parent): they could plant
-            # files and symlinks that we would then write through.
-            raise CniError(
-                IO_FAILURE,
-                f"refusing state directory {self.directory}: it belongs to uid {owner}",
-                "remove it; the plugins recreate it",
+        self.check()
+
+    def check(self) -> None:
+        """Refuse the directory unless only we can write in it (error `refusal_code`)."""
+        try:
+            fd = os.open(
+                self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
             )
+        except OSError as e:
+            if os.path.islink(self.directory):
+                raise self._refusal("it is a symlink", "give the directory's real path") from None
+            raise CniError(
+                IO_FAILURE, f"cannot open state directory {self.directory}", str(e)
+            ) from None
+        try:
+            st = os.fstat(fd)
+            if st.st_uid != os.geteuid():
+                # Made by someone else first (through a writable parent?)
+                raise self._refusal(f"it belongs to uid {st.st_uid}")
+            mode = st.st_mode & 0o7777
+            if mode & 0o022:
+                who = "others" if mode & 0o002 else "its group"
+                raise self._refusal(f"it is writable by {who} (mode {mode:o})")
+            if self.private and mode != 0o700:
+                os.fchmod(fd, 0o700)
+        except OSError as e:
+            raise CniError(
+                IO_FAILURE, f"cannot check state directory {self.directory}", str(e)
+            ) from None
+        finally:
+            os.close(fd)
+
+    def _refusal(self, problem: str, remedy: str = "") -> CniError:
+        if not remedy:
+            remedy = (
+                "remove it; the plugins recreate it"
+                if self.private
+                else f"make it a directory of uid {os.geteuid()} that only it can write, "
+                "or point dataDir at one"
+            )
+        return CniError(
+            self.refusal_code,
+            f"refusing state directory {self.directory}: {problem}",
+            remedy + " (anyone who can write there could make the plugin overwrite files)",
+        )
 
     def path(self, name: str) -> str:
         return os.path.join(self.directory, name)
@@ -103,7 +156,9 @@ class StateDir:
             return
         tmp = final + TMP_SUFFIX
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+            with suppress(FileNotFoundError):
+                os.unlink(tmp)  # a killed writer's leftover; O_EXCL below never reuses one
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o600)
             try:
                 os.write(fd, payload)
             finally:
@@ -139,7 +194,7 @@ class StateDir:
     def read_json(self, name: str) -> Any:
         """The file's content, or None when there is none (or it is unreadable garbage)."""
         try:
-            with open(self.path(name), "rb") as f:
+            with open(os.open(self.path(name), os.O_RDONLY | _NOFOLLOW), "rb") as f:
                 return json.loads(f.read())
         except FileNotFoundError:
             return None
@@ -265,7 +320,7 @@ def flock_with_deadline(
     if timeout is None:
         timeout = lock_timeout()
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | _NOFOLLOW, 0o600)
     except OSError as e:
         raise CniError(IO_FAILURE, f"cannot open lock file {path}", str(e)) from None
     try:

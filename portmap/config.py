@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from common.config import NetConf
 from common.digest import sha256_hex
-from common.errors import invalid_config
+from common.errors import CniError, invalid_config
 from common.jsonobj import JsonObject
 
 # IP protocol numbers (the kernel and nft speak numbers) and the names we accept.
@@ -125,6 +125,15 @@ def _parse_host_ip(entry: JsonObject) -> str:
     text = raw.strip()
     if text.startswith("[") and text.endswith("]"):
         text = text[1:-1]
+    if "%" in text:
+        # Python's ipaddress accepts any text after the '%' of an IPv6 zone, and the address
+        # goes into nft text; Go's net.ParseIP refuses zones, and neither backend can match
+        # a destination by zone anyway.
+        raise invalid_config(
+            f"{entry.path('hostIP')} {raw[:60]!r} has an IPv6 zone id ('%...')",
+            "give the address without a zone (e.g. fe80::1), or leave hostIP out to mean "
+            "every local address",
+        )
     try:
         addr = ipaddress.ip_address(text)
     except ValueError:
@@ -220,34 +229,23 @@ def _reject_duplicates(mappings: tuple[PortMapping, ...]) -> None:
 
 # ---------------------------------------------------------------------------- conditions
 
-# Conditions are match expressions. Anything that could end the rule (';', a newline, a
-# comment) or act instead of matching (a verdict, NAT, a 'set' statement) is refused, so
-# a condition can narrow a DNAT but never replace or escape it.
-_NFT_FORBIDDEN_CHARS = re.compile(r"[;#\n\r\x00-\x1f]")
-_NFT_STATEMENTS = frozenset(
-    {
-        "accept",
-        "drop",
-        "reject",
-        "queue",
-        "continue",
-        "return",
-        "jump",
-        "goto",
-        "dnat",
-        "snat",
-        "masquerade",
-        "redirect",
-        "notrack",
-        "set",
-        "log",
-        "counter",
-        "limit",
-        "quota",
-        "dup",
-        "fwd",
-    }
+# Conditions narrow a DNAT; they must never act. So they are parsed against an allowlist
+# of plain match expressions (selector, optional operator, value) and the nft text is
+# rendered from the parsed values: anything else (a statement, a set change, a verdict,
+# ';', a comment, a reference to one of our sets) is refused, naming the token.
+NFT_CONDITIONS_ALLOWED = (
+    "plain matches: ip saddr|daddr (conditionsV4) or ip6 saddr|daddr (conditionsV6) with "
+    "an address, prefix, range a-b or { set }; iifname|oifname NAME (quoted or not, '*' "
+    "at the end for a prefix); meta l4proto PROTO; tcp|udp|sctp|th sport|dport PORT, "
+    "range or { set }; meta mark N; each with an optional == or != (<, >, <=, >= for "
+    "ports and marks)"
 )
+_NFT_PUNCTUATION = "{},"
+_NFT_OPERATORS = ("==", "!=")
+_NFT_ORDER_OPERATORS = ("<", ">", "<=", ">=")
+_L4PROTOS = frozenset({"tcp", "udp", "sctp", "udplite", "icmp", "icmpv6", "esp", "ah", "gre"})
+_IFNAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-+")
+_IPT_VALUE_CHARS = _IFNAME_CHARS | frozenset(":/,")
 
 
 def looks_like_iptables(conditions: tuple[str, ...]) -> bool:
@@ -259,28 +257,234 @@ def _parse_conditions(body: JsonObject, key: str) -> tuple[str, ...]:
     items = body.array(key)
     if items is None:
         return ()
+    where = body.path(key)
     out = []
     for i, item in enumerate(items):
         if not isinstance(item, str):
-            raise invalid_config(f"{body.path(key)}[{i}] must be a string")
-        if _NFT_FORBIDDEN_CHARS.search(item):
-            raise invalid_config(
-                f"{body.path(key)}[{i}] {item[:60]!r} contains a forbidden character",
-                "conditions may not contain ';', '#' or control characters",
-            )
+            raise invalid_config(f"{where}[{i}] must be a string")
+        for c in item:
+            if c in ";#" or not c.isprintable():
+                raise invalid_config(
+                    f"{where}[{i}] {item[:60]!r} contains the forbidden character {c!r}",
+                    "conditions may not contain ';', '#' or control characters; "
+                    + NFT_CONDITIONS_ALLOWED,
+                )
         out.append(item)
     conditions = tuple(out)
-    if not looks_like_iptables(conditions):
-        for i, item in enumerate(conditions):
-            words = set(re.split(r"[\s{},]+", item.lower()))
-            bad = words & _NFT_STATEMENTS
-            if bad:
-                raise invalid_config(
-                    f"{body.path(key)}[{i}] {item[:60]!r} contains the statement "
-                    f"{sorted(bad)[0]!r}",
-                    "conditions are match expressions only (e.g. 'ip saddr 10.0.0.0/8')",
-                )
-    return conditions
+    family = 6 if key.endswith("V6") else 4
+    if looks_like_iptables(conditions):
+        check_iptables_conditions(conditions, family, where)
+        return conditions
+    return parse_nft_conditions(conditions, family, where)
+
+
+def _nft_tokens(text: str) -> list[str]:
+    """Words, with '{', '}' and ',' as words of their own: `{a,b}` reads as `{ a , b }`."""
+    tokens: list[str] = []
+    word = ""
+    for c in text:
+        if c.isspace() or c in _NFT_PUNCTUATION:
+            if word:
+                tokens.append(word)
+            word = ""
+            if not c.isspace():
+                tokens.append(c)
+        else:
+            word += c
+    if word:
+        tokens.append(word)
+    return tokens
+
+
+def parse_nft_conditions(conditions: tuple[str, ...], family: int, where: str) -> tuple[str, ...]:
+    """nft match expressions -> their canonical text, one string per expression.
+
+    The strings are read as one stream of words (Go's nftables portmap joins them with
+    spaces), so ["ip saddr 10.0.0.0/8"] and ["ip", "saddr", "10.0.0.0/8"] mean the same.
+    """
+    tokens = [t for item in conditions for t in _nft_tokens(item)]
+    out = []
+    i = 0
+    while i < len(tokens):
+        expression, i = _nft_match(tokens, i, family, where)
+        out.append(expression)
+    return tuple(out)
+
+
+def _refuse(where: str, problem: str) -> CniError:
+    return invalid_config(f"{where}: {problem}", NFT_CONDITIONS_ALLOWED)
+
+
+def _nft_match(tokens: list[str], i: int, family: int, where: str) -> tuple[str, int]:
+    """One `selector [op] value` starting at tokens[i]: (its text, index after it)."""
+    first = tokens[i]
+    second = tokens[i + 1] if i + 1 < len(tokens) else ""
+    if first in ("ip", "ip6"):
+        if second not in ("saddr", "daddr"):
+            raise _refuse(where, f"{first} {second!r} is not an allowed match")
+        if first != ("ip" if family == 4 else "ip6"):
+            raise _refuse(
+                where,
+                f"{first!r} matches IPv{4 if first == 'ip' else 6} packets, not the "
+                f"IPv{family} ones these conditions are for",
+            )
+        kind, selector, i = "address", f"{first} {second}", i + 2
+    elif first in ("tcp", "udp", "sctp", "th"):
+        if second not in ("sport", "dport"):
+            raise _refuse(where, f"{first} {second!r} is not an allowed match")
+        kind, selector, i = "port", f"{first} {second}", i + 2
+    elif first == "meta":
+        kinds = {"l4proto": "l4proto", "mark": "mark", "iifname": "ifname", "oifname": "ifname"}
+        if second not in kinds:
+            raise _refuse(where, f"meta {second!r} is not an allowed match")
+        kind, selector, i = kinds[second], f"meta {second}", i + 2
+    elif first in ("iifname", "oifname"):
+        kind, selector, i = "ifname", first, i + 1
+    else:
+        raise _refuse(where, f"{first!r} is not an allowed match (statements are refused)")
+    op = tokens[i] if i < len(tokens) else ""
+    if op in _NFT_OPERATORS or op in _NFT_ORDER_OPERATORS:
+        if op in _NFT_ORDER_OPERATORS and kind not in ("port", "mark"):
+            raise _refuse(where, f"{op!r} compares numbers; {selector} takes == or !=")
+        i += 1
+    else:
+        op = ""
+    if i >= len(tokens):
+        raise _refuse(where, f"{selector!r} needs a value")
+    prefix = f"{selector} {op} " if op else f"{selector} "
+    if tokens[i] != "{":
+        return prefix + _nft_value(kind, tokens[i], family, selector, where), i + 1
+    values = []
+    i += 1
+    while True:
+        if i >= len(tokens):
+            raise _refuse(where, f"the '{{' after {selector!r} is never closed")
+        values.append(_nft_value(kind, tokens[i], family, selector, where))
+        i += 1
+        if i < len(tokens) and tokens[i] == "}":
+            return prefix + "{ " + ", ".join(values) + " }", i + 1
+        if i < len(tokens) and tokens[i] != ",":
+            raise _refuse(
+                where, f"{tokens[i]!r} in the set after {selector!r}: expected ',' or '}}'"
+            )
+        i += 1
+
+
+def _nft_value(kind: str, token: str, family: int, selector: str, where: str) -> str:
+    """The canonical text of one value, rendered from what it parsed to."""
+    text = None
+    if kind == "address":
+        text = _address_text(token, family)
+    elif kind == "port":
+        text = _number_text(token, 65535, ranges=True)
+    elif kind == "mark":
+        text = _number_text(token, 0xFFFFFFFF, ranges=False)
+    elif kind == "l4proto":
+        text = token if token in _L4PROTOS else _number_text(token, 255, ranges=False)
+    elif kind == "ifname":
+        name = token[1:-1] if len(token) > 2 and token[0] == token[-1] == '"' else token
+        stem = name[:-1] if name.endswith("*") else name
+        if 0 < len(name) <= 15 and stem and set(stem) <= _IFNAME_CHARS:
+            text = f'"{name}"'
+    if text is None:
+        raise _refuse(where, f"{token!r} is not a value {selector!r} can match")
+    return text
+
+
+def _address_text(token: str, family: int) -> str | None:
+    """An address, prefix or range a-b of `family` as nft text; None if it is not one."""
+    import ipaddress
+
+    if "%" in token:  # ipaddress takes any text as an IPv6 zone id
+        return None
+    try:
+        if "/" in token:
+            network = ipaddress.ip_network(token, strict=False)
+            return str(network) if network.version == family else None
+        first, dash, last = token.partition("-")
+        low = ipaddress.ip_address(first)
+        high = ipaddress.ip_address(last) if dash else low
+    except ValueError:
+        return None
+    if low.version != family or high.version != family or int(high) < int(low):
+        return None
+    return f"{low}-{high}" if dash else str(low)
+
+
+def _number_text(token: str, top: int, ranges: bool) -> str | None:
+    first, dash, last = token.partition("-") if ranges else (token, "", "")
+    numbers = []
+    for part in (first, last) if dash else (first,):
+        base = 16 if part.lower().startswith("0x") and top > 0xFFFF else 10
+        digits = part[2:] if base == 16 else part
+        if not digits or not digits.isascii() or not digits.isalnum():
+            return None
+        try:
+            value = int(digits, base)
+        except ValueError:
+            return None
+        if value > top:
+            return None
+        numbers.append(value)
+    if dash and numbers[0] > numbers[1]:
+        return None
+    if dash:
+        return f"{numbers[0]}-{numbers[1]}"
+    return first.lower() if first.lower().startswith("0x") else str(numbers[0])
+
+
+# iptables conditions, passed to libxtables as argv (no text is built from them), are kept
+# to matches too: address and interface options, and a few match modules without side
+# effects (`-m recent --set`, `-m quota`... change state as packets go by).
+_IPT_ADDRESS_OPTIONS = ("-s", "--source", "--src", "-d", "--destination", "--dst")
+_IPT_INTERFACE_OPTIONS = ("-i", "--in-interface", "-o", "--out-interface")
+_IPT_MATCHES = {
+    "addrtype": ("--src-type", "--dst-type"),
+    "iprange": ("--src-range", "--dst-range"),
+    "mark": ("--mark",),
+    "conntrack": ("--ctstate", "--ctstatus"),
+    "mac": ("--mac-source",),
+    "physdev": ("--physdev-in", "--physdev-out"),
+}
+IPT_CONDITIONS_ALLOWED = (
+    "iptables conditions: [!] -s/-d ADDR[/LEN][,...], [!] -i/-o IFACE, and -m MODULE [!] "
+    "--OPTION VALUE for " + ", ".join(f"{m} ({' '.join(o)})" for m, o in _IPT_MATCHES.items())
+)
+
+
+def check_iptables_conditions(tokens: tuple[str, ...], family: int, where: str) -> None:
+    """Refuse anything but the allowlisted matches, naming the token (error 7)."""
+
+    def refuse(problem: str) -> CniError:
+        return invalid_config(f"{where}: {problem}", IPT_CONDITIONS_ALLOWED)
+
+    module = ""
+    i = 0
+    while i < len(tokens):
+        if tokens[i] == "!":
+            i += 1
+        opt = tokens[i] if i < len(tokens) else "!"
+        if i + 1 >= len(tokens):
+            raise refuse(f"{opt!r} needs a value")
+        value = tokens[i + 1]
+        if opt in _IPT_ADDRESS_OPTIONS:
+            for addr in value.split(","):
+                if _address_text(addr, family) is None or "-" in addr:
+                    raise refuse(f"{value!r} after {opt} is not an IPv{family} address or CIDR")
+        elif opt in _IPT_INTERFACE_OPTIONS:
+            stem = value[:-1] if value.endswith("+") else value
+            if not (0 < len(value) <= 15 and stem and set(stem) <= _IFNAME_CHARS):
+                raise refuse(f"{value!r} after {opt} is not an interface name")
+        elif opt == "-m":
+            if value not in _IPT_MATCHES:
+                raise refuse(f"match module {value!r} is not allowed")
+            module = value
+        elif opt in _IPT_MATCHES.get(module, ()):
+            if not set(value) <= _IPT_VALUE_CHARS:
+                raise refuse(f"{value!r} after {opt} is not a plain value")
+        else:
+            raise refuse(f"{opt!r} is not an allowed condition")
+        i += 2
 
 
 _IPT_TO_NFT = {
@@ -316,14 +520,17 @@ def iptables_to_nft(conditions: tuple[str, ...], family: int, where: str) -> tup
         what, value = _IPT_TO_NFT[tokens[i]], tokens[i + 1]
         op = "!= " if negate else ""
         if what == "iifname":
-            if not re.fullmatch(r"[A-Za-z0-9_.+-]{1,15}", value):
+            stem = value[:-1] if value.endswith("+") else value
+            if not (0 < len(value) <= 15 and stem and set(stem) <= _IFNAME_CHARS):
                 raise invalid_config(f"{where}: {value!r} is not an interface name")
             out.append(f'iifname {op}"{value.replace("+", "*")}"')
         else:
-            addrs = value.split(",")
-            for addr in addrs:
-                if not re.fullmatch(r"[0-9A-Fa-f.:/]+", addr):
-                    raise invalid_config(f"{where}: {addr!r} is not an address or CIDR")
+            addrs = []
+            for addr in value.split(","):
+                text = None if "-" in addr else _address_text(addr, family)
+                if text is None:
+                    raise invalid_config(f"{where}: {addr!r} is not an IPv{family} address or CIDR")
+                addrs.append(text)
             ipx = "ip" if family == 4 else "ip6"
             match = addrs[0] if len(addrs) == 1 else "{ " + ", ".join(addrs) + " }"
             out.append(f"{ipx} {what} {op}{match}")

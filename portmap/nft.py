@@ -347,8 +347,9 @@ def parse_listing(listing: str) -> list[tuple[Element, str]]:
                 item, data_raw = item
                 data = _json_value_text(data_raw)
             comment = item.get("elem", {}).get("comment", "") if isinstance(item, dict) else ""
-            key = _normal_key(_json_value_text(item))
-            out.append((Element(body["name"], key, data), comment))
+            e = Element(body["name"], _normal_key(_json_value_text(item)), data)
+            if is_plain(e):
+                out.append((e, comment))
     return out
 
 
@@ -472,13 +473,26 @@ def _owned(nft: Nft, candidates: list[Element], tag: str) -> list[Element]:
     return sorted(e for e, (comment, _) in live.items() if tag_of(comment) == tag)
 
 
+# What our set names and element keys are made of (addresses, protocol names, ports, " . "
+# between them). Keys read back from a state file or a listing go into `get`/`delete`
+# text, so one holding anything else (a quote, a brace, a newline) is not ours.
+_SET_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_")
+_KEY_CHARS = frozenset("0123456789abcdef.:/ tpus")
+
+
+def is_plain(e: Element) -> bool:
+    return bool(e.set and e.key) and set(e.set) <= _SET_NAME_CHARS and set(e.key) <= _KEY_CHARS
+
+
 def _state_elements(data: dict[str, Any] | None) -> list[Element] | None:
     if data is None or data.get("backend") != NAME:
         return None
     out = []
     for item in data.get("objects", []):
         if isinstance(item, list) and len(item) == 2 and all(isinstance(x, str) for x in item):
-            out.append(Element(item[0], item[1]))
+            e = Element(item[0], item[1])
+            if is_plain(e):
+                out.append(e)
     return out
 
 

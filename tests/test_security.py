@@ -4,12 +4,14 @@
   paths, symlinks, encoded separators) and keys that try to slip past the allowlist;
 * container ids and interface names carrying shell metacharacters, `../` or overlong
   values, and the valid-but-long ids a runtime may send (up to 1024 characters);
-* a hostIP of the other family than the container's addresses (portmap);
+* a hostIP of the other family than the container's addresses, or with an IPv6 zone
+  id, and conditions that act instead of matching (portmap);
 * oversized input: a 10 MB stdin, 100,000 port mappings, one `range` of 65,535 ports,
   answered in bounded time and memory (measured with wait4: wall clock and peak RSS; the
   time bound is only a hang detector);
 * state directories 0700 and files 0600 even under a umask of 0, and a state directory
-  someone else created first is refused;
+  someone else created first is refused; so is a tuning dataDir someone else owns, with
+  symlinks planted in it;
 * no `shell=True`, no string command lines, no os.system/os.popen anywhere in the code;
 * nothing secret from `args`, `runtimeConfig` or CNI_ARGS reaches the log.
 
@@ -482,6 +484,37 @@ def test_a_host_ip_only_forwards_within_its_own_family(
     assert dnat_targets(attached, backend) == (set(), set())
 
 
+# Conditions that act instead of matching: each was accepted by the kernel (the old
+# denylist did not know them); the first would let any client's packets add keys to the
+# claims set, blocking host ports for every other attachment.
+ACTING_CONDITIONS = [
+    "update @claims4 { ip saddr . meta l4proto . th dport }",
+    "add @hairpin4 { ip saddr . ip daddr }",
+    "meter m4 { ip saddr }",
+]
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("condition", ACTING_CONDITIONS)
+def test_a_condition_that_acts_is_refused_before_the_kernel(
+    attached: Attached, condition: str
+) -> None:
+    conf = attached.conf("portmap", backend="nftables", conditionsV4=[condition], **PORTMAP_KEYS)
+    err = refused(attached.run("portmap", "ADD", conf), 7)
+    assert "is not an allowed match" in err["msg"], err
+    assert not nft_elements(attached.lab.host)  # no table at all
+
+
+@pytest.mark.root
+def test_a_host_ip_with_a_zone_id_is_refused_before_the_kernel(attached: Attached) -> None:
+    conf = attached.conf("portmap", backend="nftables")
+    mapping = {"hostPort": 8080, "containerPort": 80, "hostIP": "fd00:89:9::1%eth0"}
+    conf["runtimeConfig"] = {"portMappings": [mapping]}
+    err = refused(attached.run("portmap", "ADD", conf), 7)
+    assert "zone" in err["msg"], err
+    assert not nft_elements(attached.lab.host)
+
+
 # ---------------------------------------------------------------------------- oversized input
 
 
@@ -727,6 +760,36 @@ def test_a_state_dir_someone_else_created_is_refused(attached: Attached, plugin:
     assert not list(planted.iterdir())
     assert dnat_targets(attached, "nftables") == (set(), set())
     assert not json.loads(attached.lab.host.ip("-j", "link", "show", "type", "ifb"))
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("command", ["ADD", "DEL"])
+def test_a_data_dir_with_planted_symlinks_makes_tuning_refuse_and_write_nothing(
+    attached: Attached, command: str
+) -> None:
+    """A dataDir someone else owns, with symlinks at the names of the lock, the backup and
+    its temporary file: root wrote through them (overwriting a root-owned file)."""
+    data_dir = attached.lab.workdir / "shared-data"
+    data_dir.mkdir()
+    targets = []
+    for name in ("tuning.lock", "sec1_eth0.json", "sec1_eth0.json.tmp"):
+        target = attached.lab.workdir / f"target-{name}"
+        target.write_text("root's file\n")
+        (data_dir / name).symlink_to(target)
+        targets.append(target)
+    os.chown(data_dir, 65534, 65534)
+    sysctl_before = attached.lab.ctr.sysctl("net.core.somaxconn")
+    conf = attached.conf("tuning", dataDir=str(data_dir), **TUNING_KEYS)
+    err = refused(attached.run("tuning", command, conf), 7)
+    assert "belongs to uid 65534" in err["msg"] and "dataDir" in err.get("details", ""), err
+    for target in targets:
+        assert target.read_text() == "root's file\n" and target.stat().st_uid == 0
+    assert attached.lab.ctr.sysctl("net.core.somaxconn") == sysctl_before
+    assert sorted(p.name for p in data_dir.iterdir()) == [
+        "sec1_eth0.json",
+        "sec1_eth0.json.tmp",
+        "tuning.lock",
+    ]
 
 
 # ---------------------------------------------------------------------------- no shell

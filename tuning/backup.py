@@ -14,8 +14,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from common.errors import IO_FAILURE, CniError
-from common.state import StateDir, make_private_dirs, safe_file_name
+from common.errors import INVALID_CONFIG
+from common.state import StateDir, safe_file_name
 from tuning.plan import LinkState, Plan
 
 TYPE_CHECKING = False  # avoids importing typing at runtime
@@ -138,16 +138,11 @@ def originals(plan: Plan, link: LinkState | None, sysctls: Mapping[str, str | No
 
 
 class _DataDir(StateDir):
-    """A StateDir that never re-modes a directory it did not create: dataDir comes from
-    the config, and chmod 0700 on an existing /tmp or /run would break the node."""
+    """dataDir comes from the config: never re-moded (chmod 0700 on an existing /tmp or
+    /run would break the node), and a directory that is not safe to write is error 7."""
 
-    def ensure(self) -> None:
-        try:
-            make_private_dirs(self.directory)
-        except OSError as e:
-            raise CniError(
-                IO_FAILURE, f"cannot create tuning dataDir {self.directory}", str(e)
-            ) from None
+    refusal_code = INVALID_CONFIG
+    private = False
 
 
 class BackupStore:
@@ -172,6 +167,9 @@ class BackupStore:
         return self.dir.path(self.file_name(container_id, ifname))
 
     def load(self, container_id: str, ifname: str) -> Backup | None:
+        # DEL reads before it locks: the dataDir is checked here too, so that a planted
+        # file or symlink is refused as what it is.
+        self.dir.check()
         raw = self.dir.read_json(self.file_name(container_id, ifname))
         return None if raw is None else Backup.from_json(raw)
 

@@ -1,0 +1,425 @@
+"""Hostile input that must not reach nft text or the log as anything but data (no root).
+
+* a hostIP with an IPv6 zone id, and every other string that can reach portmap's nft
+  text (protocol, network name, container id, ifname, conditionsV4/V6), either refused
+  with error 7 or rendered as one token nft reads as data;
+* conditionsV4/V6: an allowlist of plain match expressions; statements that change sets
+  or act (add/update/delete @set, vmap, tproxy, synproxy, flow add, meter...) refused;
+* the log prefix: a newline in CNI_IFNAME cannot forge a log line;
+* state dirs and tuning's dataDir (root: chown): one someone else owns or can write,
+  with symlinks planted at the names of the lock, state and temporary files, is refused
+  before anything is written or re-moded, and no file is ever written through a symlink.
+
+The kernel side of the same (root, real namespaces) is in test_security.py.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from common import skel
+from common.config import parse_netconf
+from common.errors import CniError
+from common.result import Result
+from common.state import StateDir
+from portmap import config as cfg
+from portmap import nft
+from portmap.plan import make_plan
+
+PREV: dict[str, Any] = {
+    "cniVersion": "1.0.0",
+    "interfaces": [{"name": "eth0", "mac": "aa:bb:cc:00:00:03", "sandbox": "/run/netns/x"}],
+    "ips": [
+        {"address": "10.88.0.5/16", "interface": 0},
+        {"address": "fd00:88::5/64", "interface": 0},
+    ],
+}
+HOSTILE = ('x"', "x}", "x\n", "x;", "x#", 'a" } ; flush ruleset #', "a\nflush ruleset")
+
+
+def portmap_conf(mappings: list[dict[str, Any]], **keys: Any) -> cfg.PortmapConfig:
+    raw = {"cniVersion": "1.0.0", "name": "net1", "type": "portmap", **keys}
+    raw["runtimeConfig"] = {"portMappings": mappings}
+    return cfg.parse(parse_netconf(raw))
+
+
+def refusal(mappings: list[dict[str, Any]], **keys: Any) -> CniError:
+    with pytest.raises(CniError) as e:
+        portmap_conf(mappings, **keys)
+    assert e.value.code == 7, e.value
+    return e.value
+
+
+def nft_text(config: cfg.PortmapConfig, att: cfg.Attachment, prev: dict[str, Any]) -> str:
+    """Every line of nft text an ADD and a DEL of this attachment would send."""
+    plan = make_plan(config, att, Result.from_json(prev, "1.0.0"), "nftables")
+    elements = nft.plan_elements(plan)
+    assert all(nft.is_plain(e) for e in elements)
+    lines = [*nft.skeleton_text()]
+    for lane in nft.plan_lanes(plan):
+        lines += lane.create_text()
+    for fp in nft.plan_masq_chains(plan):
+        lines += nft.masq_chain_text(*fp)
+    lines += nft.add_text(elements, att.comment)
+    lines += nft.delete_text(elements)
+    return "\n".join(lines)
+
+
+def assert_inert(text: str) -> None:
+    """Each line is one command; every quoted string is a plain word nft reads as data."""
+    for line in text.split("\n"):
+        assert line.count('"') % 2 == 0, line
+        quoted = line.split('"')[1::2]
+        for q in quoted:
+            assert all(c.isalnum() or c in " _.:/@+=-()*,;" for c in q), (q, line)
+        bare = "".join(line.split('"')[0::2])
+        assert "#" not in bare and "flush ruleset" not in bare, line
+        assert bare.count("{") == bare.count("}"), line
+
+
+# ---------------------------------------------------------------------------- hostIP
+
+
+@pytest.mark.parametrize(
+    "host_ip",
+    ["fe80::1%eth0", "fe80::1%25eth0", 'fe80::1%a"}\nflush ruleset', "[fe80::1%eth0]", "::1%0"],
+)
+def test_a_host_ip_with_a_zone_id_is_refused_with_what_to_fix(host_ip: str) -> None:
+    err = refusal([{"hostPort": 8080, "containerPort": 80, "hostIP": host_ip}])
+    assert "zone" in err.msg and "portMappings[0].hostIP" in err.msg
+    assert "without" in err.details  # says what to do instead
+    assert "\n" not in err.msg
+
+
+def test_a_prev_result_address_with_a_zone_id_is_refused() -> None:
+    prev = json.loads(json.dumps(PREV))
+    prev["ips"][1]["address"] = 'fd00:88::5%x"}/64'
+    config = portmap_conf([{"hostPort": 8080, "containerPort": 80}])
+    with pytest.raises(CniError) as e:
+        make_plan(config, cfg.Attachment("n", "c", "eth0"), Result.from_json(prev, "1.0.0"))
+    assert e.value.code == 7 and "prevResult.ips[1].address" in e.value.msg
+
+
+@pytest.mark.parametrize("payload", HOSTILE)
+def test_hostile_host_ip_and_protocol_are_refused(payload: str) -> None:
+    refusal([{"hostPort": 8080, "containerPort": 80, "hostIP": "10.0.0.1" + payload}])
+    refusal([{"hostPort": 8080, "containerPort": 80, "protocol": "tcp" + payload}])
+
+
+@pytest.mark.parametrize("payload", HOSTILE)
+def test_hostile_names_in_comments_stay_one_quoted_word(payload: str) -> None:
+    """The network name, container id and ifname are validated before a plugin runs, but
+    the comment does not rely on that: it is rendered safe on its own."""
+    config = portmap_conf(
+        [
+            {"hostPort": 8080, "containerPort": 80, "hostIP": "10.0.0.1"},
+            {"hostPort": 8081, "containerPort": 81, "protocol": "udp"},
+        ]
+    )
+    for att in (
+        cfg.Attachment("net" + payload, "ctr", "eth0"),
+        cfg.Attachment("net", "ctr" + payload, "eth0"),
+        cfg.Attachment("net", "ctr", "eth0" + payload),
+    ):
+        text = nft_text(config, att, PREV)
+        assert_inert(text)
+        assert 'comment "' in text
+
+
+def test_the_rendering_check_catches_an_injection() -> None:
+    """assert_inert is not vacuous: it flags text with a forged command."""
+    with pytest.raises(AssertionError):
+        assert_inert('add element inet t s { 1 comment "a" } \nflush ruleset')
+    with pytest.raises(AssertionError):
+        assert_inert('add element inet t s { 1 comment "a"}"; }')
+
+
+def test_element_keys_read_back_from_a_state_file_must_be_plain() -> None:
+    """DEL and ADD put the keys of the state file into `get`/`delete element` text."""
+    objects = [
+        ["claims4", "10.0.0.1 . tcp . 8080"],
+        ["hostip6_0a1b2c3d", "fd00::1 . udp . 53"],
+        ["hairpin4", "10.88.0.0 . 10.88.0.5"],
+        ["claims4", '10.0.0.1 . tcp . 1 } ; flush ruleset ; delete element x y { "'],
+        ["claims4", "10.0.0.1 . tcp . 1\nflush ruleset"],
+        ["claims4 } ", "1"],
+    ]
+    kept = nft._state_elements({"backend": "nftables", "objects": objects})
+    assert kept is not None
+    assert [[e.set, e.key] for e in kept] == objects[:3]
+
+
+# ---------------------------------------------------------------------------- conditions
+
+ALLOWED_V4 = [
+    ["ip saddr 10.0.0.0/8"],
+    ["ip saddr != { 10.0.0.0/8, 192.168.0.0/16 }"],
+    ["ip", "saddr", "10.0.0.0/8"],
+    ["ip daddr 192.168.1.1-192.168.1.9"],
+    ["ip saddr == 10.1.2.3", "iifname eth0"],
+    ['iifname "eth*"'],
+    ['oifname != { "eth0", "br-1" }'],
+    ["meta l4proto tcp"],
+    ["meta l4proto { tcp, udp }"],
+    ["tcp sport 1024-65535"],
+    ["udp sport != 53"],
+    ["th sport { 1000, 2000-2100 }"],
+    ["tcp sport < 1024"],
+    ["meta mark 0x10"],
+    ["meta iifname eth0"],
+]
+
+
+@pytest.mark.parametrize("conditions", ALLOWED_V4, ids=lambda c: " ".join(c))
+def test_plain_match_expressions_are_allowed(conditions: list[str]) -> None:
+    options = portmap_conf([], conditionsV4=conditions).options
+    assert options.conditions_v4
+    config = portmap_conf([{"hostPort": 8080, "containerPort": 80}], conditionsV4=conditions)
+    text = nft_text(config, cfg.Attachment("n", "c", "eth0"), PREV)
+    assert_inert(text)
+    assert " ".join(options.conditions_v4) + " dnat ip to" in text
+
+
+def test_allowed_conditions_keep_their_text_when_already_canonical() -> None:
+    """The lane of an attachment is named by a hash of its conditions: a condition
+    written the usual way must keep its text, or existing lanes would be orphaned."""
+    written = ["ip saddr 10.0.0.0/8", 'iifname "eth0"', "ip saddr != { 10.0.0.0/8, 1.2.3.4 }"]
+    assert portmap_conf([], conditionsV4=written).options.conditions_v4 == tuple(written)
+    v6 = ["ip6 saddr fd00::/8"]
+    assert portmap_conf([], conditionsV6=v6).options.conditions_v6 == tuple(v6)
+
+
+@pytest.mark.parametrize(
+    ("condition", "token"),
+    [
+        ("ip saddr 1.2.3.4; flush ruleset", ";"),
+        ("ip saddr 1.2.3.4\nflush ruleset", "\\n"),
+        ("ip saddr 1.2.3.4 # x", "#"),
+        ("accept", "accept"),
+        ("jump x", "jump"),
+        ("ip saddr 1.2.3.4 counter", "counter"),
+        # the statements of the finding: set changes and side effects
+        ("add @claims4 { ip saddr . meta l4proto . th dport }", "add"),
+        ("update @lanes { meta mark }", "update"),
+        ("delete @claims4 { ip saddr . meta l4proto . th dport }", "delete"),
+        ("ip saddr vmap { 1.2.3.4 : accept }", "vmap"),
+        ("tcp dport 80 tproxy to :8080", "tproxy"),
+        ("tcp dport 80 synproxy mss 1460", "synproxy"),
+        ("flow add @ft", "flow"),
+        ("meter m { ip saddr limit rate 10/second }", "meter"),
+        ("ip saddr @claims4", "@claims4"),
+        ("ip saddr 10.0.0.0/33", "10.0.0.0/33"),
+        ("ip saddr example.com", "example.com"),  # no DNS lookup at rule load
+        ("ip6 saddr fd00::/8", "ip6"),  # an IPv6 match in conditionsV4
+        ("ip saddr fd00::1", "fd00::1"),
+        ("ip saddr fe80::1%eth0", "%"),
+        ('iifname "eth0" "x"', '"x"'),
+        ('iifname "a"b"', '"a"b"'),
+        ("iifname averyveryverylongname", "averyveryverylongname"),
+        ("tcp dport 70000", "70000"),
+        ("tcp dport http", "http"),
+        ("ip saddr", "ip saddr"),
+        ("ip saddr { 1.2.3.4", "{"),
+        ("ip saddr 1.2.3.4 }", "}"),
+        ("meta nftrace set 1", "nftrace"),
+        ("ct mark set 1", "ct"),
+        ("ip saddr != != 1.2.3.4", "!="),
+        ("ip saddr < 1.2.3.4", "<"),
+    ],
+)
+def test_anything_but_a_plain_match_is_error_7_naming_the_token(condition: str, token: str) -> None:
+    err = refusal([], conditionsV4=[condition])
+    assert "conditionsV4" in err.msg and token in err.msg, err.msg
+    assert err.details  # what is allowed
+    assert "\n" not in err.msg + err.details
+
+
+def test_iptables_conditions_are_an_allowlist_too() -> None:
+    ok = ["!", "-s", "10.0.0.0/8", "-i", "eth+", "-m", "addrtype", "--dst-type", "LOCAL"]
+    assert portmap_conf([], conditionsV4=ok, backend="iptables").options.conditions_v4
+    for bad, token in [
+        (["-m", "recent", "--set"], "recent"),  # records every source: a side effect
+        (["-m", "quota", "--quota", "1"], "quota"),
+        (["-m", "addrtype", "--foo", "x"], "--foo"),
+        (["-s", "example.com"], "example.com"),  # resolved by DNS: refused
+        (["-s", "10.0.0.1\n"], "10.0.0.1"),
+        (["-x", "y"], "-x"),
+        (["-s"], "-s"),
+        (["-i", 'eth0"'], "eth0"),
+        (["-j", "ACCEPT"], "-j"),
+    ]:
+        err = refusal([], conditionsV4=bad)
+        assert token in err.msg, (bad, err.msg)
+
+
+def test_translated_iptables_conditions_render_from_addresses() -> None:
+    tokens = ("!", "-s", "10.0.0.0/8,192.168.0.0/16", "-i", "eth+")
+    assert cfg.iptables_to_nft(tokens, 4, "conditionsV4") == (
+        "ip saddr != { 10.0.0.0/8, 192.168.0.0/16 }",
+        'iifname "eth*"',
+    )
+    with pytest.raises(CniError) as e:
+        cfg.iptables_to_nft(("-s", "10.0.0.0/8}"), 4, "conditionsV4")
+    assert e.value.code == 7
+
+
+@pytest.mark.parametrize("payload", HOSTILE)
+@pytest.mark.parametrize("key", ["conditionsV4", "conditionsV6"])
+def test_hostile_conditions_never_reach_nft_text(key: str, payload: str) -> None:
+    base = "ip saddr 10.0.0.0/8" if key == "conditionsV4" else "ip6 saddr fd00::/8"
+    for conditions in ([base + payload], [base, payload], [f'iifname "eth0{payload}"']):
+        refusal([], **{key: conditions})
+
+
+# ---------------------------------------------------------------------------- the log
+
+
+def test_a_newline_in_cni_ifname_cannot_forge_a_log_line(tmp_path: Path) -> None:
+    log = tmp_path / "plugins.log"
+    forged = "2030-01-01T00:00:00 1 INFO portmap ADD net/ctr/eth0 forged"
+    env = {
+        "CNI_COMMAND": "ADD",
+        "CNI_CONTAINERID": "ctr\rX",
+        "CNI_NETNS": "/run/netns/none",
+        "CNI_IFNAME": "eth0\n" + forged,
+        "CNI_PATH": "/opt/cni/bin",
+        "CNI_META_LOG_FILE": str(log),
+    }
+    conf = {"cniVersion": "1.0.0", "name": "net1", "type": "tuning"}
+    from tuning.__main__ import plugin
+
+    out = io.BytesIO()
+    rc = skel.run(
+        plugin(),
+        environ=env,
+        stdin=io.BytesIO(json.dumps(conf).encode()),
+        stdout=out,
+        stderr=io.StringIO(),
+    )
+    assert rc == 1 and json.loads(out.getvalue())["code"] == 4  # refused before decoding
+    lines = log.read_bytes().split(b"\n")
+    assert lines[-1] == b"" and len(lines) == 2, lines  # one line, ended by its newline
+    assert b"\r" not in lines[0]
+    assert b" -/ctr\\rX/eth0\\n2030-01-01T00:00:00\\x20" in lines[0], lines[0]
+
+
+# ---------------------------------------------------------------------------- state dirs
+
+NOBODY = 65534
+
+
+def planted_dir(tmp_path: Path, names: list[str], owner: int = NOBODY, mode: int = 0o755) -> Path:
+    """A directory someone else owns, with a symlink at each of `names` pointing at a
+    root-owned file of its own: what root would overwrite by writing through them."""
+    d = tmp_path / "planted"
+    d.mkdir()
+    for name in names:
+        target = tmp_path / f"target-{name}"
+        target.write_text("root's file\n")
+        target.chmod(0o644)
+        (d / name).symlink_to(target)
+        os.lchown(d / name, owner, owner)
+    os.chown(d, owner, owner)
+    d.chmod(mode)
+    return d
+
+
+def targets_unchanged(tmp_path: Path) -> None:
+    targets = sorted(tmp_path.glob("target-*"))
+    assert targets
+    for t in targets:
+        st = t.stat()
+        assert t.read_text() == "root's file\n" and st.st_mode & 0o7777 == 0o644, t
+        assert st.st_uid == 0, t
+
+
+BACKUP_NAME = "ctr_eth0.json"
+TUNING_FILES = ["tuning.lock", BACKUP_NAME, BACKUP_NAME + ".tmp"]
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("step", ["lock", "save", "load"])
+def test_a_data_dir_someone_else_owns_is_refused_before_any_write(
+    tmp_path: Path, step: str
+) -> None:
+    from tuning.backup import Backup, BackupStore
+
+    store = BackupStore(str(planted_dir(tmp_path, TUNING_FILES)))
+    with pytest.raises(CniError) as e:
+        if step == "lock":
+            with store.lock():
+                pass
+        elif step == "save":
+            store.save("ctr", "eth0", Backup(mtu=1500))
+        else:
+            with store.lock():
+                store.load("ctr", "eth0")
+    assert e.value.code == 7, e.value
+    assert f"belongs to uid {NOBODY}" in e.value.msg and "dataDir" in e.value.details
+    targets_unchanged(tmp_path)
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("mode", [0o777, 0o1777, 0o775])
+def test_a_data_dir_others_can_write_is_refused_and_not_re_moded(tmp_path: Path, mode: int) -> None:
+    from tuning.backup import Backup, BackupStore
+
+    d = planted_dir(tmp_path, TUNING_FILES, owner=0, mode=mode)
+    with pytest.raises(CniError) as e:
+        BackupStore(str(d)).save("ctr", "eth0", Backup(mtu=1500))
+    assert e.value.code == 7 and "writable by" in e.value.msg, e.value
+    assert d.stat().st_mode & 0o7777 == mode  # a shared /tmp is not chmod-ed either
+    targets_unchanged(tmp_path)
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("owner", [0, NOBODY])
+def test_a_state_dir_that_is_a_symlink_is_refused_without_chmod_through_it(
+    tmp_path: Path, owner: int
+) -> None:
+    """ensure() used to chmod 0700 through the symlink, then check who owns the link."""
+    real = tmp_path / "target-dir"
+    real.mkdir()
+    os.chown(real, owner, owner)
+    real.chmod(0o755)
+    link = tmp_path / "state" / "portmap"
+    link.parent.mkdir()
+    link.symlink_to(real)
+    with pytest.raises(CniError) as e:
+        StateDir(str(link)).write_json("x.json", {})
+    assert e.value.code == 5 and "symlink" in e.value.msg, e.value
+    assert real.stat().st_mode & 0o7777 == 0o755 and not list(real.iterdir())
+
+
+@pytest.mark.root
+def test_symlinks_in_our_own_state_dir_are_never_written_through(tmp_path: Path) -> None:
+    """Even in a directory of ours (a leftover, a bug elsewhere): the lock refuses the
+    symlink, and a state file is replaced, never written through."""
+    d = planted_dir(tmp_path, ["lock", "a.json", "b.json.tmp", "c.json"], owner=0, mode=0o700)
+    sd = StateDir(str(d))
+    with pytest.raises(CniError) as e, sd.lock():
+        pass
+    assert e.value.code == 5
+    sd.write_json("a.json", {"a": 1})
+    sd.write_json("b.json", {"b": 1})
+    assert sd.read_json("a.json") == {"a": 1} and sd.read_json("b.json") == {"b": 1}
+    assert not (d / "a.json").is_symlink()
+    with pytest.raises(CniError):
+        sd.read_json("c.json")  # not followed either
+    targets_unchanged(tmp_path)
+
+
+def test_our_own_state_dir_is_still_made_private(tmp_path: Path) -> None:
+    d = tmp_path / "state" / "bandwidth"
+    d.mkdir(parents=True, mode=0o755)
+    d.chmod(0o755)
+    sd = StateDir(str(d))
+    sd.write_json("x.json", {"x": 1})
+    assert d.stat().st_mode & 0o777 == 0o700 and sd.read_json("x.json") == {"x": 1}
+    assert (d / "x.json").stat().st_mode & 0o777 == 0o600
