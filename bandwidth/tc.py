@@ -11,6 +11,7 @@ small blocking socket rather than through `IPRoute`.
 from __future__ import annotations
 
 import errno
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from socket import htons, ntohs
@@ -52,6 +53,8 @@ from common.rtnl import (
     NLM_F_ECHO,
     NLM_F_EXCL,
     NLM_F_REPLACE,
+    NLM_F_REQUEST,
+    NLMSG_ERROR,
     RTM_DELLINK,
     RTM_DELQDISC,
     RTM_DELTFILTER,
@@ -404,3 +407,24 @@ def rtnl(netns: str = "") -> Iterator[Rtnl]:
         yield sock
     finally:
         sock.close()
+
+
+def netlink_answers() -> None:
+    """STATUS: rtnetlink answers a GET of `lo` (ifindex 1 in every netns), asked on a plain
+    socket so that a status poll does not load pyroute2's message classes (~30 ms, the
+    bulk of a poll). Raises OSError when it does not."""
+    import socket
+    import struct
+
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, 0) as sock:
+        sock.settimeout(5)
+        sock.bind((0, 0))
+        # nlmsghdr (32 bytes with the body), then ifinfomsg for ifindex 1
+        sock.send(struct.pack("=IHHIIBxHiII", 32, RTM_GETLINK, NLM_F_REQUEST, 1, 0, 0, 0, 1, 0, 0))
+        reply = sock.recv(1 << 16)
+    length, kind = struct.unpack_from("=IH", reply)
+    if kind == NLMSG_ERROR:
+        (code,) = struct.unpack_from("=i", reply, 16)
+        raise OSError(-code, f"rtnetlink refused to list lo: {os.strerror(-code)}")
+    if kind != RTM_NEWLINK or length < 32:
+        raise OSError(errno.EPROTO, f"unexpected rtnetlink answer (type {kind})")

@@ -482,9 +482,12 @@ def test_old_cni_versions_are_served(lab: Lab) -> None:
     assert root_tbf(lab.host, att.host_veth) is not None
 
 
-def test_status_is_ok(lab: Lab) -> None:
+def test_status_is_ok_without_loading_pyroute2(lab: Lab) -> None:
+    """STATUS runs on every runtime status poll: netlink is asked on a plain socket."""
     conf = {"cniVersion": "1.1.0", "name": NETWORK, "type": "bandwidth"}
-    run_plugin(BANDWIDTH, "STATUS", conf, host=lab.host, env=lab.env).ok()
+    trace = {**lab.env, "PYTHONPROFILEIMPORTTIME": "1", "CNI_META_HELPER": "off"}
+    run = run_plugin(BANDWIDTH, "STATUS", conf, host=lab.host, env=trace).ok()
+    assert "common.skel" in run.stderr and "pyroute2" not in run.stderr
 
 
 # ---------------------------------------------------------------------------- macvlan
