@@ -23,9 +23,9 @@ KEYS = ("ingressRate", "ingressBurst", "egressRate", "egressBurst")
 U64_MAX = (1 << 64) - 1
 # tbf counts whole bytes per second: a rate below 8 bit/s is 0 bytes/s, "no rate".
 MIN_RATE_BITS = 8
-# pyroute2 encodes tbf's rate in the 32-bit `rate` field of tc_ratespec (it has no
-# TCA_TBF_RATE64), so 2**32-1 bytes/s is the most this plugin can ask the kernel for.
-MAX_RATE_BITS = ((1 << 32) - 1) * 8
+# The burst travels as whole microseconds of transmit time, and tbf's burst is a 32-bit
+# byte count: one microsecond must not carry more than 2^32-1 bytes (~34 Pbit/s).
+MAX_RATE_BITS = ((1 << 32) - 1) * 1_000_000 * 8
 
 
 @dataclass(frozen=True)
@@ -80,12 +80,14 @@ def _direction(obj: JsonObject, direction: str) -> Limit | None:
         )
     if rate > MAX_RATE_BITS:
         raise invalid_config(
-            f"{obj.path(rate_key)} {rate} bit/s is more than tbf can be given here",
-            f"the most is {MAX_RATE_BITS} bit/s (2^32-1 bytes/s, tbf's 32-bit rate field); "
+            f"{obj.path(rate_key)} {rate} bit/s is more than tbf can be given",
+            f"the most is {MAX_RATE_BITS} bit/s (2^32-1 bytes per microsecond); "
             f"for no limit, leave {rate_key} out",
         )
-    # A burst too large for tbf is not an error: kubelet sends 2^32-1 bits when the user
-    # set none. The plan clamps it once the rate's limits are known.
+    # Any other rate tbf can count is fine: from 2^32 bytes/s on it travels as TCA_TBF_RATE64.
+    # A burst too large or too small for tbf is not an error: kubelet sends 2^32-1 bits
+    # when the user set none, the CNI docs' examples use less than one frame. The plan
+    # adjusts it (and logs it) once the rate and the device's MTU are known.
     return Limit(rate, burst, obj.path(rate_key), obj.path(burst_key))
 
 

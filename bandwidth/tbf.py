@@ -2,17 +2,23 @@
 
 tbf keeps the burst not in bytes but as `buffer`, the time the burst takes at the rate, in
 psched ticks, in a 32-bit field; its queue `limit` is a 32-bit byte count. Upstream
-computes limit = rate x latency + burst with a latency of 25 ms, and so do we.
+computes limit = rate x latency + burst with a latency of 25 ms, and so do we. The rate
+itself is 64-bit: 2^32 bytes/s (34.4 Gbit/s) and above travel in TCA_TBF_RATE64 (tc.py).
 
-The buffer is computed exactly the way pyroute2 computes it from the burst we hand it
+The buffer is computed exactly the way pyroute2 computes it from a burst
 (`calc_xmittime`), so that CHECK can compare the kernel's value with ours exactly.
 
-Two situations upstream gets wrong:
+Where upstream sends the kernel something that cannot work, we adjust and log (`note`):
 * kubelet/containerd send a burst of 2^32-1 bits when the pod sets none. At low rates
   its transmit time overflows the 32-bit buffer (Go wraps it around silently, giving a
-  random burst). We clamp the burst to the largest that fits and say so in the log.
-* a rate so small that even the largest buffer cannot hold one full packet, or a burst
-  smaller than one packet: tbf would drop every full-size packet. That is an error here.
+  random burst). We clamp the burst to the largest that fits.
+* a burst smaller than one full frame (the CNI docs' examples use 456 and 1600 bits):
+  Go installs it, and tbf then drops every frame larger than the burst, i.e. nearly all
+  traffic. We raise it to the smallest burst that lets one full frame through.
+* above ~1.37 Tbit/s rate x 25 ms alone exceeds the 32-bit queue limit (Go's uint32
+  conversion wraps it): we clamp the limit to 2^32-1 bytes.
+A rate so small that even the largest buffer cannot hold one full frame stays an error:
+no burst would make such a tbf pass full-size traffic.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from common.errors import invalid_config
 
 U32_MAX = (1 << 32) - 1
 TIME_UNITS_PER_SEC = 1_000_000
+NANOS_PER_SEC = 1_000_000_000
 LATENCY_US = 25_000  # upstream's latencyInMillis = 25
 ETH_HLEN = 14  # tbf measures frames with their Ethernet header
 # pyroute2 also sends a 256-cell rate table for a 1600-byte MTU: cells of 8 bytes, the
@@ -50,30 +57,45 @@ def xmittime(rate: int, size: int, psched: Psched) -> int:
     return int(int(TIME_UNITS_PER_SEC * (float(size) / rate)) * psched.tick_in_usec)
 
 
+def max_frame(rate: int) -> int:
+    """The largest frame (bytes) tbf can pass at `rate` at all: the kernel caps the
+    buffer's transmit time at 2^32-1 ns (~4.29 s) when it computes its max_size."""
+    return U32_MAX * rate // NANOS_PER_SEC
+
+
 def burst_in_kernel(rate: int, burst: int, psched: Psched) -> int:
-    """The bytes tbf can really send at once: the burst travels as whole microseconds of
-    transmit time (calc_xmittime), which at high rates is noticeably less than asked."""
-    return int(int(TIME_UNITS_PER_SEC * (float(burst) / rate)) * rate / TIME_UNITS_PER_SEC)
+    """The largest frame (bytes) tbf lets through with this burst: its max_size, the
+    transmit time of the buffer at the rate. The burst travels as whole microseconds
+    (calc_xmittime), then whole ticks (64 ns), and the kernel caps that time at 2^32-1 ns,
+    so this is less than asked at high rates, and at most `max_frame` at low ones."""
+    nanos = min(int(xmittime(rate, burst, psched) * 1000 / psched.tick_in_usec), U32_MAX)
+    return nanos * rate // NANOS_PER_SEC
 
 
 def min_burst(rate: int, packet: int, psched: Psched) -> int:
-    """The smallest burst (bytes) that still holds a `packet`-byte frame at `rate`."""
+    """The smallest burst (bytes) that lets a `packet`-byte frame through at `rate`
+    (which must allow one at all: max_frame(rate) >= packet)."""
+    if max_frame(rate) < packet:
+        raise ValueError(f"no burst lets a {packet}-byte frame through at {rate} B/s")
     micros = -(-packet * TIME_UNITS_PER_SEC // rate)  # whole microseconds one frame takes
-    burst = -(-micros * rate // TIME_UNITS_PER_SEC)
-    while burst_in_kernel(rate, burst, psched) < packet:  # float rounding in calc_xmittime
-        burst += 1
-    return burst
+    while True:  # one or two more when the truncation to ticks (or floats) cost a byte
+        burst = -(-micros * rate // TIME_UNITS_PER_SEC)
+        if burst_in_kernel(rate, burst, psched) >= packet:
+            return burst
+        micros += 1
 
 
 def queue_limit(rate: int, burst: int) -> int:
+    """rate x 25 ms + burst, the queue length upstream asks for (may exceed 32 bits)."""
     return int(rate * LATENCY_US / TIME_UNITS_PER_SEC) + burst
 
 
 def max_burst(rate: int, psched: Psched) -> int:
-    """The largest burst (bytes) whose buffer and queue limit both fit in 32 bits."""
+    """The largest burst (bytes) whose buffer fits in 32 bits, and whose queue limit does
+    too where rate x latency leaves room for one (below ~1.37 Tbit/s)."""
     hi = U32_MAX - int(rate * LATENCY_US / TIME_UNITS_PER_SEC)
     if hi <= 0:
-        return 0
+        hi = U32_MAX  # the limit is clamped anyway (make_tbf); the kernel's burst is a u32
     if xmittime(rate, hi, psched) <= U32_MAX:
         return hi
     lo = 0  # invariant: xmittime(lo) fits, xmittime(hi) does not
@@ -87,7 +109,9 @@ def max_burst(rate: int, psched: Psched) -> int:
 
 
 def _expressible(rate: int, packet: int, psched: Psched) -> bool:
-    return xmittime(rate, RTAB_LAST_CELL, psched) <= U32_MAX and max_burst(rate, psched) >= packet
+    if xmittime(rate, RTAB_LAST_CELL, psched) > U32_MAX or max_frame(rate) < packet:
+        return False
+    return min_burst(rate, packet, psched) <= max_burst(rate, psched)
 
 
 def min_rate_bits(packet: int, psched: Psched) -> int:
@@ -103,38 +127,40 @@ def min_rate_bits(packet: int, psched: Psched) -> int:
 
 
 def make_tbf(limit: Limit, mtu: int, where: str, psched: Psched) -> tuple[Tbf, str]:
-    """The tbf for one direction, and a log note when the burst had to be clamped.
-
-    `where` names the device for messages ("host veth veth1234").
-    """
+    """The tbf for one direction, and a log note saying what had to be adjusted ("" if
+    nothing). `where` names the device for messages ("host veth veth1234")."""
     rate = limit.rate // 8
     burst = limit.burst // 8
     packet = mtu + ETH_HLEN
     if not _expressible(rate, packet, psched):
         raise invalid_config(
             f"{limit.rate_key} {limit.rate} bit/s is too small for tbf",
-            f"at that rate tbf's 32-bit buffer cannot hold one full {packet}-byte packet "
-            f"of {where}; use at least {min_rate_bits(packet, psched)} bit/s",
+            f"tbf passes no frame that takes longer than 2^32 ns (~4.29 s) at the rate, so "
+            f"it would drop every full {packet}-byte frame of {where} (MTU {mtu} + "
+            f"{ETH_HLEN}); use at least {min_rate_bits(packet, psched)} bit/s",
         )
-    note = ""
+    notes = []
     most = max_burst(rate, psched)
     if burst > most:
-        note = (
+        notes.append(
             f"{limit.burst_key} {limit.burst} bits is more than tbf can hold at "
             f"{limit.rate} bit/s; clamped to {most * 8} bits ({most} bytes)"
         )
         burst = most
-    if burst_in_kernel(rate, burst, psched) < packet:
-        raise invalid_config(
-            f"{limit.burst_key} {limit.burst} bits is smaller than one full packet",
-            f"{where} sends frames of up to {packet} bytes (MTU {mtu} + {ETH_HLEN}) and tbf "
-            f"drops any frame larger than the burst (which it keeps in whole microseconds at "
-            f"the rate); use at least {min_burst(rate, packet, psched) * 8} bits",
+    elif burst_in_kernel(rate, burst, psched) < packet:
+        least = min_burst(rate, packet, psched)
+        notes.append(
+            f"{limit.burst_key} {limit.burst} bits is smaller than one full {packet}-byte "
+            f"frame of {where} (MTU {mtu} + {ETH_HLEN}), which tbf would always drop; "
+            f"raised to {least * 8} bits ({least} bytes)"
         )
-    tbf = Tbf(
-        rate=rate,
-        burst=burst,
-        buffer=xmittime(rate, burst, psched),
-        limit=queue_limit(rate, burst),
-    )
-    return tbf, note
+        burst = least
+    queue = queue_limit(rate, burst)
+    if queue > U32_MAX:
+        notes.append(
+            f"{limit.rate_key} {limit.rate} bit/s x {LATENCY_US // 1000} ms latency + burst is "
+            f"{queue} bytes, more than tbf's 32-bit queue limit; clamped to {U32_MAX}"
+        )
+        queue = U32_MAX
+    tbf = Tbf(rate=rate, burst=burst, buffer=xmittime(rate, burst, psched), limit=queue)
+    return tbf, "; ".join(notes)

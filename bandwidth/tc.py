@@ -11,6 +11,7 @@ small blocking socket rather than through `IPRoute`.
 from __future__ import annotations
 
 import errno
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from socket import htons, ntohs
@@ -52,6 +53,8 @@ from common.rtnl import (
     NLM_F_ECHO,
     NLM_F_EXCL,
     NLM_F_REPLACE,
+    NLM_F_REQUEST,
+    NLMSG_ERROR,
     RTM_DELLINK,
     RTM_DELQDISC,
     RTM_DELTFILTER,
@@ -76,6 +79,23 @@ CREATE = NLM_F_CREATE | NLM_F_EXCL
 # "none", for a delete "done". A create meeting them fails: it cannot do its job.
 GONE = (errno.ENODEV, errno.ENOENT, errno.EINVAL)
 
+U32_MAX = (1 << 32) - 1
+# tbf's attributes (linux/pkt_sched.h). pyroute2 maps only the first four; rates of
+# 2^32 bytes/s and more need TCA_TBF_RATE64 both ways (the kernel takes the larger of
+# it and tc_ratespec.rate, and dumps it for such rates, with U32_MAX in the ratespec).
+TBF_OPTIONS = (
+    (0, "TCA_TBF_UNSPEC", "none"),
+    (1, "TCA_TBF_PARMS", "tbf_parms"),
+    (2, "TCA_TBF_RTAB", "rtab"),
+    (3, "TCA_TBF_PTAB", "ptab"),
+    (4, "TCA_TBF_RATE64", "uint64"),
+    (5, "TCA_TBF_PRATE64", "uint64"),
+    (6, "TCA_TBF_BURST", "uint32"),
+    (7, "TCA_TBF_PBURST", "uint32"),
+    (8, "TCA_TBF_PAD", "hex"),
+)
+_tcmsg_class: Any = None
+
 
 def read_psched(path: str = PSCHED) -> Psched:
     try:
@@ -85,6 +105,47 @@ def read_psched(path: str = PSCHED) -> Psched:
         raise CniError(
             KERNEL_FAILURE, f"cannot read the kernel's tc clock from {path}", str(e)
         ) from None
+
+
+def tcmsg_class(m: Any) -> Any:
+    """pyroute2's `tcmsg`, except that a tbf's options also know the 64-bit attributes.
+
+    A subclass, so that other users of pyroute2 in the process see its classes unchanged.
+    """
+    global _tcmsg_class
+    if _tcmsg_class is not None:
+        return _tcmsg_class
+    base_tcmsg, base_tbf = m.tcmsg, m.sched_tbf.options
+
+    class TbfOptions(base_tbf):  # type: ignore[misc,valid-type]
+        # pyroute2 compiles a class's nla_map once and flags it in this (name-mangled)
+        # attribute, which a subclass would inherit: compile ours separately.
+        _nlmsg_base__compiled_nla = False
+        nla_map = TBF_OPTIONS
+
+    class TcMsg(base_tcmsg):  # type: ignore[misc,valid-type]
+        _nlmsg_base__compiled_nla = False
+
+        @staticmethod
+        def get_options(msg: Any, *args: Any, **kwargs: Any) -> Any:
+            if msg.get_attr("TCA_KIND") == "tbf":
+                return TbfOptions
+            return base_tcmsg.get_options(msg, *args, **kwargs)
+
+    _tcmsg_class = TcMsg
+    return TcMsg
+
+
+def tbf_options(rate: int, buffer: int, limit: int) -> dict[str, Any]:
+    """TCA_OPTIONS of a tbf: the buffer and limit as computed by `bandwidth.tbf`, the rate
+    in tc_ratespec when it fits in 32 bits, else U32_MAX there and the rate in RATE64
+    (what tc does; Go sends the same RATE64). The rate table pyroute2 adds only serves
+    the kernel's link-layer detection."""
+    parms = {"rate": min(rate, U32_MAX), "buffer": buffer, "limit": limit}
+    attrs: list[list[Any]] = [["TCA_TBF_PARMS", parms], ["TCA_TBF_RTAB", True]]
+    if rate > U32_MAX:
+        attrs.append(["TCA_TBF_RATE64", rate])
+    return {"attrs": attrs}
 
 
 # ---------------------------------------------------------------------------- decoding
@@ -112,7 +173,8 @@ def _qdisc(msg: Any) -> Qdisc:
         options = msg.get_attr("TCA_OPTIONS")
         parms = options.get_attr("TCA_TBF_PARMS") if options is not None else None
         if parms is not None:
-            tbf = TbfParams(int(parms["rate"]), int(parms["buffer"]), int(parms["limit"]))
+            rate = max(int(parms["rate"]), int(options.get_attr("TCA_TBF_RATE64") or 0))
+            tbf = TbfParams(rate, int(parms["buffer"]), int(parms["limit"]))
     return Qdisc(kind, int(msg["handle"]), int(msg["parent"]), tbf)
 
 
@@ -179,6 +241,7 @@ class Rtnl:
         else:
             self.nl = RtnlSocket()
         self.m = self.nl.modules
+        self.tcmsg = tcmsg_class(self.m)
         # ifindex of the devices this socket's actions have resolved: the ifb just made is
         # named by three actions in a row (alias, tbf, redirect), one lookup serves them.
         self.indexes: dict[str, int] = {}
@@ -195,7 +258,7 @@ class Rtnl:
             raise
 
     def _tcmsg(self, index: int, parent: int = 0, handle: int = 0, info: int = 0) -> Any:
-        msg = self.m.tcmsg()
+        msg = self.tcmsg()
         msg["index"], msg["parent"], msg["handle"], msg["info"] = index, parent, handle, info
         return msg
 
@@ -303,10 +366,7 @@ class Rtnl:
         elif isinstance(action, SetTbf):
             target = self._index(action.ifb) if action.ifb else _need(device).index
             tbf = action.tbf
-            # pyroute2 computes tbf's buffer and rate table from these (calc_xmittime)
-            options = self.m.sched_tbf.get_parameters(
-                {"rate": tbf.rate, "burst": tbf.burst, "limit": tbf.limit}
-            )
+            options = tbf_options(tbf.rate, tbf.buffer, tbf.limit)
             msg = self._tcmsg(target, TC_H_ROOT, TBF_HANDLE)
             msg["attrs"] = [["TCA_KIND", "tbf"], ["TCA_OPTIONS", options]]
             self._request(msg, RTM_NEWQDISC, NLM_F_CREATE | NLM_F_REPLACE)
@@ -353,3 +413,24 @@ def rtnl(netns: str = "") -> Iterator[Rtnl]:
         yield sock
     finally:
         sock.close()
+
+
+def netlink_answers() -> None:
+    """STATUS: rtnetlink answers a GET of `lo` (ifindex 1 in every netns), asked on a plain
+    socket so that a status poll does not load pyroute2's message classes (~30 ms, the
+    bulk of a poll). Raises OSError when it does not."""
+    import socket
+    import struct
+
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, 0) as sock:
+        sock.settimeout(5)
+        sock.bind((0, 0))
+        # nlmsghdr (32 bytes with the body), then ifinfomsg for ifindex 1
+        sock.send(struct.pack("=IHHIIBxHiII", 32, RTM_GETLINK, NLM_F_REQUEST, 1, 0, 0, 0, 1, 0, 0))
+        reply = sock.recv(1 << 16)
+    length, kind = struct.unpack_from("=IH", reply)
+    if kind == NLMSG_ERROR:
+        (code,) = struct.unpack_from("=i", reply, 16)
+        raise OSError(-code, f"rtnetlink refused to list lo: {os.strerror(-code)}")
+    if kind != RTM_NEWLINK or length < 32:
+        raise OSError(errno.EPROTO, f"unexpected rtnetlink answer (type {kind})")

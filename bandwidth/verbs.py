@@ -287,13 +287,18 @@ def check(request: Request) -> None:
 
 
 def status(request: Request) -> None:
-    """Ready when pyroute2 loads, the tc clock is readable and netlink answers."""
+    """Ready when pyroute2 is installed, the tc clock is readable, rtnetlink answers and
+    the state directory can be made. Called on every runtime status poll, so nothing
+    heavy is loaded: pyroute2's presence is looked up, not imported."""
     try:
+        import importlib.util
+
         from bandwidth import tc
 
+        if importlib.util.find_spec("pyroute2") is None:
+            raise ImportError("pyroute2 is not installed")
         tc.read_psched()
-        with tc.rtnl() as host:
-            host.link("lo")
+        tc.netlink_answers()
         record.state_dir().ensure()
     except Exception as e:  # whatever stops us from serving an ADD
         raise CniError(STATUS_UNAVAILABLE, "bandwidth cannot shape traffic here", str(e)) from e

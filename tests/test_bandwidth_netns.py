@@ -22,7 +22,7 @@ from tests.conftest import Lab
 from tests.harness import netns as nslib
 from tests.harness.netns import Netns
 from tests.harness.plugins import PluginRun, container_address, load_conflist, our, run_plugin
-from tests.harness.traffic import measure_throughput
+from tests.harness.traffic import echo_server, measure_throughput, request
 
 pytestmark = pytest.mark.root
 
@@ -382,7 +382,6 @@ def test_foreign_root_qdisc_is_not_replaced(lab: Lab) -> None:
         ({"ingressRate": -5, "ingressBurst": 10}, "at least 0"),
         ({"ingressRate": "fast", "ingressBurst": 10}, "integer"),
         ({"ingressRate": 16, "ingressBurst": 100_000}, "too small"),
-        ({"ingressRate": 1_000_000, "ingressBurst": 800}, "smaller than one full packet"),
     ],
 )
 def test_invalid_limits_fail_with_7_and_touch_nothing(
@@ -409,6 +408,69 @@ def test_kubelet_huge_burst_is_clamped_not_fatal(lab: Lab) -> None:
     att.run("CHECK", conf).ok()
 
 
+def test_40_gbit_travels_as_rate64_and_checks(lab: Lab) -> None:
+    """5e9 B/s is beyond tc_ratespec's 32 bits: sent and read back as TCA_TBF_RATE64."""
+    att = attach(lab, rate_spec(40_000_000_000))  # bursts 20 ms worth: 100,000,000 B
+    for dev in (att.host_veth, att.ifb):
+        tbf = root_tbf(lab.host, dev)
+        assert tbf is not None and tbf["options"]["rate"] == 5_000_000_000, tbf
+        assert tbf["options"]["burst"] == 100_000_000
+        assert "rate 40Gbit" in lab.host.run("tc", "-s", "qdisc", "show", "dev", dev)
+    lab.chain.check(att.conflist, att.ctr, "--container-id", att.container_id)
+    att.run("CHECK").ok()
+    # CHECK compares the real rate: 50 Gbit/s has the same U32_MAX in tc_ratespec
+    faster = {"ingressRate": 50_000_000_000, "ingressBurst": 800_000_000}
+    run = att.run("CHECK", att.conf(runtimeConfig={"bandwidth": faster}))
+    assert run.json["code"] == 102
+    assert "rate is 40000000000 bit/s, want 50000000000" in run.json["details"]
+    att.run("DEL").ok()
+    assert_clean(lab, att.host_veth)
+
+
+def test_cni_docs_example_rate_is_refused_and_its_bursts_are_raised(lab: Lab) -> None:
+    """The CNI docs' example (rates 123 bit/s, bursts 456 bits): at 15 B/s tbf passes no
+    full frame, so error 7 with the least rate, nothing touched. Its 456-bit bursts with
+    a workable rate are raised to one full frame (logged) and traffic passes both tbfs."""
+    att = attach(lab, "ingressRate=10mbit")
+    lab.host.run("tc", "qdisc", "del", "dev", att.host_veth, "root")
+    docs = {"ingressRate": 123, "ingressBurst": 456, "egressRate": 123, "egressBurst": 456}
+    run = att.run("ADD", att.conf(runtimeConfig={"bandwidth": docs}))
+    assert run.returncode != 0 and run.json["code"] == 7, run.stdout
+    assert "at least 2824 bit/s" in run.json["details"]
+    assert qdiscs(lab.host, att.host_veth) == [] and links(lab.host) == {}
+
+    bursts = {**docs, "ingressRate": 1_000_000, "egressRate": 1_000_000}
+    conf = att.conf(runtimeConfig={"bandwidth": bursts})
+    result = att.run("ADD", conf).ok().json
+    ifb = next(i["name"] for i in result["interfaces"] if i["name"].startswith("bwp"))
+    for dev in (att.host_veth, ifb):
+        tbf = root_tbf(lab.host, dev)
+        # 125,000 B/s = 0.125 B/us: 1514 B take exactly 12,112 us, raised to 1514 B
+        assert tbf is not None and tbf["options"]["burst"] == 1514, tbf
+    assert "raised to 12112 bits" in (lab.workdir / "plugins.log").read_text()
+    att.run("CHECK", conf).ok()
+    with echo_server(att.ctr, 7101):  # 1400-byte segments: full-size frames
+        assert request(lab.host, att.ip, 7101, payload=b"x" * 1400) == b"ctr:" + b"x" * 1400
+    att.run("DEL", conf).ok()
+    assert_clean(lab, att.host_veth)
+
+
+@pytest.mark.slow
+def test_one_frame_bursts_of_1600_bits_shape_real_traffic(lab: Lab) -> None:
+    """1600-bit bursts (the CNI docs' other example) at 10 Mbit/s: raised to one frame,
+    full-size TCP segments pass in both directions at about the configured rate."""
+    small_send_buffers(lab.host, lab.ctr)
+    rate = 10_000_000
+    att = attach(lab, f"ingressRate={rate},ingressBurst=1600,egressRate={rate},egressBurst=1600")
+    tbf = root_tbf(lab.host, att.host_veth)
+    # raised to 1515 B; tc shows 1513 (it rounds the 18,937-tick buffer down to whole us)
+    assert tbf is not None and 1500 < tbf["options"]["burst"] <= 1515, tbf
+    into = measure_throughput(lab.host, att.ctr, att.ip, 5201, seconds=SECONDS)
+    assert_shaped(into.bits_per_second, rate, "ingress")
+    out = measure_throughput(att.ctr, lab.host, GATEWAY, 5202, seconds=SECONDS)
+    assert_shaped(out.bits_per_second, rate, "egress")
+
+
 def test_old_cni_versions_are_served(lab: Lab) -> None:
     """Upstream refuses configs older than 0.3.0; a 0.2.0 result has no interfaces, so
     the host veth is found by the container interface's peer ifindex alone."""
@@ -420,9 +482,12 @@ def test_old_cni_versions_are_served(lab: Lab) -> None:
     assert root_tbf(lab.host, att.host_veth) is not None
 
 
-def test_status_is_ok(lab: Lab) -> None:
+def test_status_is_ok_without_loading_pyroute2(lab: Lab) -> None:
+    """STATUS runs on every runtime status poll: netlink is asked on a plain socket."""
     conf = {"cniVersion": "1.1.0", "name": NETWORK, "type": "bandwidth"}
-    run_plugin(BANDWIDTH, "STATUS", conf, host=lab.host, env=lab.env).ok()
+    trace = {**lab.env, "PYTHONPROFILEIMPORTTIME": "1", "CNI_META_HELPER": "off"}
+    run = run_plugin(BANDWIDTH, "STATUS", conf, host=lab.host, env=trace).ok()
+    assert "common.skel" in run.stderr and "pyroute2" not in run.stderr
 
 
 # ---------------------------------------------------------------------------- macvlan

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from bandwidth import config, plan
+from bandwidth import config, plan, tc
 from bandwidth.model import (
     CLSACT_INGRESS,
     CONTAINER,
@@ -47,6 +47,7 @@ from bandwidth.tbf import Psched, make_tbf
 from common.config import parse_netconf
 from common.errors import CONFLICT, INVALID_CONFIG, UNSUPPORTED_FIELD, CniError
 from common.result import Interface, Result
+from common.rtnl import pyroute2
 
 PSCHED = Psched(15.625)
 NET, CID, IFNAME = "bwnet", "ctr1", "eth0"
@@ -124,7 +125,7 @@ def test_rate_without_burst_and_burst_without_rate_say_which(
         ({"ingressRate": 1.5, "ingressBurst": 100}, "must be an integer"),
         ({"ingressRate": True, "ingressBurst": 100}, "boolean"),
         ({"ingressRate": 7, "ingressBurst": 100000}, "too small"),
-        ({"ingressRate": 2**40, "ingressBurst": 100000}, "more than tbf"),
+        ({"ingressRate": 2**60, "ingressBurst": 100000}, "more than tbf"),
         ({"runtimeConfig": {"bandwidth": []}}, "JSON object"),
     ],
 )
@@ -136,6 +137,12 @@ def test_bad_values_are_error_7_naming_the_key(body: dict[str, Any], fragment: s
 def test_subnet_selection_is_refused_rather_than_ignored() -> None:
     e = error(parse, ingressRate=8000, ingressBurst=16000, shapedSubnets=["10.0.0.0/8"])
     assert e.code == UNSUPPORTED_FIELD and "shapedSubnets" in str(e)
+
+
+def test_rates_above_32_bit_bytes_per_second_are_accepted() -> None:
+    # 40 Gbit/s = 5e9 B/s, beyond tc_ratespec's 32-bit rate: Go sends it as RATE64
+    cfg = parse(ingressRate=40_000_000_000, ingressBurst=800_000_000)
+    assert cfg.ingress is not None and cfg.ingress.rate == 40_000_000_000
 
 
 def test_huge_burst_is_accepted_by_the_parser() -> None:
@@ -178,14 +185,91 @@ def test_kubelet_burst_fits_at_high_rates_and_is_kept() -> None:
 
 
 def test_rate_too_small_for_tbf_is_a_clear_error() -> None:
-    # 16 bit/s = 2 B/s: the longest buffer (274.9 s) holds 549 bytes < one 1514-byte frame.
+    # 16 bit/s = 2 B/s: the longest buffer the kernel honours (2^32 ns) holds 8 bytes.
     e = error(make_tbf, limit(16, 100_000), 1500, "host veth veth0", PSCHED)
     assert e.code == INVALID_CONFIG and "too small" in e.msg and "at least" in e.details
 
 
-def test_burst_below_one_packet_is_a_clear_error() -> None:
-    e = error(make_tbf, limit(1_000_000, 8_000), 1500, "host veth veth0", PSCHED)
-    assert e.code == INVALID_CONFIG and "12112 bits" in e.details  # (1500 + 14) x 8
+def test_burst_below_one_frame_is_raised_to_one_frame_and_logged() -> None:
+    # The CNI docs' 1600 bits (200 B) at 10 Mbit/s = 1.25 B/us: a 1514-byte frame takes
+    # 1211.2 us, i.e. 1212 whole us = 1515 B; buffer 1212 us x 15.625 = 18,937 ticks;
+    # limit 1,250,000 x 25 ms + 1515 = 32,765 B.
+    tbf, note = make_tbf(limit(10_000_000, 1600), 1500, "host veth veth0", PSCHED)
+    assert (tbf.rate, tbf.burst, tbf.buffer, tbf.limit) == (1_250_000, 1515, 18_937, 32_765)
+    assert "1600 bits" in note and "raised to 12120 bits" in note and "veth0" in note
+
+
+def test_cni_docs_example_rate_123_is_refused_naming_the_least_rate() -> None:
+    # 123 bit/s = 15 B/s. The kernel caps the buffer's transmit time at 2^32-1 ns when
+    # it computes tbf's largest frame: 15 B/s x 4.295 s = 64 B, so no burst lets a
+    # 1514-byte frame through (Go installs it and drops everything above 57 B). The
+    # least rate: 1514 B / 4.295 s = 352.5 -> 353 B/s = 2824 bit/s.
+    e = error(make_tbf, limit(123, 456), 1500, "host veth veth0", PSCHED)
+    assert e.code == INVALID_CONFIG and "123 bit/s is too small" in e.msg
+    assert "at least 2824 bit/s" in e.details
+    tbf, note = make_tbf(limit(2824, 456), 1500, "host veth veth0", PSCHED)
+    assert tbf.rate == 353 and "raised" in note
+
+
+def test_a_burst_of_exactly_one_frame_is_kept() -> None:
+    tbf, note = make_tbf(limit(10_000_000, 1515 * 8), 1500, "veth0", PSCHED)
+    assert tbf.burst == 1515 and note == ""
+
+
+def test_40_gbit_keeps_its_real_rate_in_the_arithmetic() -> None:
+    # 5e9 B/s; 1e8 B take 20 ms = 20,000 us = 312,500 ticks; limit 5e9 x 25 ms + 1e8.
+    tbf, note = make_tbf(limit(40_000_000_000, 800_000_000), 1500, "veth0", PSCHED)
+    assert (tbf.rate, tbf.burst, tbf.buffer, tbf.limit) == (5 * 10**9, 10**8, 312_500, 225 * 10**6)
+    assert note == ""
+
+
+def test_40_gbit_small_burst_is_one_whole_microsecond() -> None:
+    # At 5,000 B/us a frame needs 1 us of buffer, which holds 5,000 B (15.625 -> 15 ticks)
+    tbf, note = make_tbf(limit(40_000_000_000, 1600), 1500, "veth0", PSCHED)
+    assert (tbf.burst, tbf.buffer) == (5000, 15) and "raised" in note
+
+
+def test_small_burst_accounts_for_whole_ticks_at_high_rates() -> None:
+    # 12.4 Gbit/s = 1,550 B/us: 1 us of buffer is 15 ticks = 960 ns = 1,488 B, less than
+    # a 1514-byte frame (the kernel dropped it when tried); 2 us = 31 ticks = 3,075 B.
+    tbf, note = make_tbf(limit(12_400_000_000, 1550 * 8), 1500, "veth0", PSCHED)
+    assert (tbf.burst, tbf.buffer) == (3100, 31) and "raised" in note
+
+
+def test_queue_limit_above_32_bits_is_clamped_not_wrapped() -> None:
+    # 2 Tbit/s = 2.5e11 B/s: 25 ms of it is 6.25e9 B > 2^32-1. Go's uint32 conversion
+    # wraps it (to 1,955,032,704 + burst); we send 2^32-1 and say so.
+    tbf, note = make_tbf(limit(2 * 10**12, 4_294_967_295), 1500, "veth0", PSCHED)
+    assert tbf.limit == 2**32 - 1 and tbf.burst == 536_870_911
+    assert "queue limit" in note and "clamped" in note
+
+
+def test_tbf_options_carry_rate64_only_above_32_bits() -> None:
+    small = tc.tbf_options(1_250_000, 500_000, 71_250)
+    assert [name for name, _ in small["attrs"]] == ["TCA_TBF_PARMS", "TCA_TBF_RTAB"]
+    assert small["attrs"][0][1]["rate"] == 1_250_000
+    big = tc.tbf_options(5 * 10**9, 312_500, 225 * 10**6)
+    assert big["attrs"][0][1]["rate"] == 2**32 - 1  # what tc sends in tc_ratespec
+    assert big["attrs"][2] == ["TCA_TBF_RATE64", 5 * 10**9]
+
+
+def test_tbf_rate64_survives_encoding_and_is_read_back() -> None:
+    """Our tcmsg encodes RATE64 and decodes it from the same bytes (a dump looks alike)."""
+    m = pyroute2()
+    msg_class = tc.tcmsg_class(m)
+    msg = msg_class()
+    msg["index"], msg["handle"], msg["parent"] = 3, TBF_HANDLE, TC_H_ROOT
+    options = tc.tbf_options(5 * 10**9, 312_500, 225 * 10**6)
+    msg["attrs"] = [["TCA_KIND", "tbf"], ["TCA_OPTIONS", options]]
+    msg.encode()
+    back = msg_class(msg.data)
+    back.decode()
+    qdisc = tc._qdisc(back)
+    assert qdisc.tbf == TbfParams(5 * 10**9, 312_500, 225 * 10**6)
+    # pyroute2's own tcmsg is left as it was: it knows no RATE64
+    plain = m.tcmsg(msg.data)
+    plain.decode()
+    assert plain.get_attr("TCA_OPTIONS").get_attr("TCA_TBF_RATE64") is None
 
 
 # ---------------------------------------------------------------------------- names

@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 
+from common.errors import CniError
+from portmap import iptables
 from tests.conftest import Lab
 from tests.harness.plugins import our, run_plugin
 from tests.harness.traffic import echo_server, reaches
@@ -331,6 +333,21 @@ def test_gc_removes_every_mapping_of_attachments_no_longer_valid(lab: Lab, backe
     other = {**gc_conf, "name": "othernet", "cni.dev/valid-attachments": []}
     _run(lab, "GC", other).ok()
     assert "8080" in rules_text(lab, backend)
+
+
+def test_iptables_status_asks_the_kernel_without_loading_python_iptables(lab: Lab) -> None:
+    """A runtime polls STATUS every few seconds: it looks up python-iptables and its
+    libraries and reads only the nat tables' headers from the kernel."""
+    status = {"cniVersion": "1.1.0", "name": "direct", "type": "portmap", "backend": "iptables"}
+    trace = {**lab.env, "PYTHONPROFILEIMPORTTIME": "1", "CNI_META_HELPER": "off"}
+    run = run_plugin(PORTMAP, "STATUS", status, host=lab.host, env=trace).ok()
+    assert "common.skel" in run.stderr and "iptc" not in run.stderr
+    with lab.host.entered():
+        iptables.nat_table_info(4)
+        iptables.nat_table_info(6)
+        with pytest.raises(CniError) as e:  # what a kernel without the table answers
+            iptables.nat_table_info(4, "nosuchtable")
+    assert e.value.code == 50 and "IPv4 iptables nosuchtable table" in e.value.msg
 
 
 def test_status_and_pass_through(lab: Lab, backend: str) -> None:

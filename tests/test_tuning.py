@@ -271,6 +271,21 @@ def test_allowlist_accepts_listed_keys_and_refuses_others_whole_key(lab: Lab) ->
     assert not backup_file(lab).exists()
 
 
+def test_allowlist_prefix_pattern_written_for_go_allows_its_subtree(lab: Lab) -> None:
+    """`^net\\.ipv4\\.conf\\.` is how a Go admin allows a subtree: it works here too."""
+    make_veth(lab)
+    allow = lab.workdir / "allowlist.conf"
+    allow.write_text("^net\\.ipv4\\.conf\\.\n")
+    env = {"CNI_TUNING_ALLOWLIST": str(allow)}
+    run(lab, "ADD", config(lab, sysctl={PER_IF: "0"}), env=env).ok()
+    assert sysctl(lab.ctr, PER_IF) == "0"
+    run(lab, "DEL", config(lab), env=env).ok()
+    before = live(lab.ctr, SOMAXCONN)
+    err = failed(run(lab, "ADD", config(lab, sysctl={SOMAXCONN: "99"}), env=env), 7)
+    assert SOMAXCONN in err["msg"]
+    assert live(lab.ctr, SOMAXCONN) == before
+
+
 @pytest.mark.parametrize(
     ("keys", "cni_args", "words"),
     [

@@ -288,6 +288,77 @@ def test_allowlist_patterns_match_the_whole_key() -> None:
     assert allow.permits("net.ipv4.conf.IFNAME.acc")
 
 
+def test_allowlist_prefix_patterns_written_for_go_allow_their_subtree() -> None:
+    allow = allowlist.parse("a", "^net\\.ipv4\\.conf\\.\n^net\\.core\\.\n")
+    assert allow.permits("net.ipv4.conf.eth0.rp_filter")
+    assert allow.permits("net.ipv4.conf.IFNAME.accept_redirects")
+    assert allow.permits("net.core.somaxconn")
+    assert not allow.permits("net.ipv4.ip_forward")
+    assert not allow.permits("net.ipv6.conf.eth0.accept_ra")
+    assert not allow.permits("net.corex.somaxconn")
+
+
+def test_allowlist_match_must_end_at_a_part_boundary() -> None:
+    # Go's regexp.MatchString would allow the _evil key: the pattern occurs in it
+    allow = allowlist.parse("a", "net\\.core\\.somaxconn\n^net\\.ipv4\\.conf\\.IFNAME\n")
+    assert allow.permits("net.core.somaxconn")
+    assert not allow.permits("net.core.somaxconn_evil")
+    assert allow.permits("net.ipv4.conf.IFNAME.rp_filter")  # ends right before a "."
+    assert not allow.permits("net.ipv4.conf.IFNAMEX.rp_filter")
+    # an explicit $ still means the end of the key
+    assert not allowlist.parse("a", "^net\\.core$").permits("net.core.somaxconn")
+
+
+def test_allowlist_match_must_start_at_a_part_boundary() -> None:
+    allow = allowlist.parse("a", "somaxconn\nipv4\\.conf\n")
+    assert allow.permits("net.core.somaxconn")  # a whole part, as Go would too
+    assert allow.permits("net.ipv4.conf.eth0.rp_filter")
+    assert not allow.permits("net.core.xsomaxconn")
+    assert not allow.permits("net.xipv4.conf.eth0.rp_filter")
+
+
+def test_allowlist_keys_with_slashes_separate_only_at_slashes() -> None:
+    # sysctl(8): in a key with "/", dots are literal (eth0.100 is one interface name)
+    allow = allowlist.parse("a", "^net/ipv4/conf/eth0\n")
+    assert allow.permits("net/ipv4/conf/eth0/rp_filter")
+    assert not allow.permits("net/ipv4/conf/eth0.100/rp_filter")
+
+
+# The cni-sysctl-allowlist that OpenShift's multus ships for tuning (unescaped dots)
+GO_DEFAULT_ALLOWLIST = """\
+^net.ipv4.conf.IFNAME.accept_redirects$
+^net.ipv4.conf.IFNAME.accept_source_route$
+^net.ipv4.conf.IFNAME.arp_accept$
+^net.ipv4.conf.IFNAME.arp_notify$
+^net.ipv4.conf.IFNAME.disable_policy$
+^net.ipv4.conf.IFNAME.secure_redirects$
+^net.ipv4.conf.IFNAME.send_redirects$
+^net.ipv6.conf.IFNAME.accept_ra$
+^net.ipv6.conf.IFNAME.accept_redirects$
+^net.ipv6.conf.IFNAME.accept_source_route$
+^net.ipv6.conf.IFNAME.arp_accept$
+^net.ipv6.conf.IFNAME.arp_notify$
+^net.ipv6.neigh.IFNAME.base_reachable_time_ms$
+^net.ipv6.neigh.IFNAME.retrans_time_ms$
+"""
+
+
+def test_allowlist_of_go_deployments_means_the_same_here() -> None:
+    allow = allowlist.parse("a", GO_DEFAULT_ALLOWLIST)
+    for line in GO_DEFAULT_ALLOWLIST.split():
+        assert allow.permits(line.strip("^$")), line
+    assert not allow.permits("net.ipv4.conf.IFNAME.rp_filter")
+    assert not allow.permits("net.ipv4.conf.IFNAME.accept_redirects_x")
+    assert not allow.permits("net.ipv6.conf.all.accept_ra")
+    assert not allow.permits("net.core.somaxconn")
+
+
+def test_allowlist_leading_inline_flags_are_kept() -> None:
+    allow = allowlist.parse("a", "(?i)^NET\\.CORE\\.SOMAXCONN$")
+    assert allow.permits("net.core.somaxconn")
+    assert not allow.permits("net.core.somaxconn_x")
+
+
 def test_allowlist_refusal_names_the_key_and_the_file(tmp_path: Path) -> None:
     path = tmp_path / "allow.conf"
     path.write_text("net\\.core\\..*\n")
@@ -297,6 +368,7 @@ def test_allowlist_refusal_names_the_key_and_the_file(tmp_path: Path) -> None:
         allowlist.refuse_unlisted(allow, ["net.core.somaxconn", "net.ipv4.ip_forward"])
     assert info.value.code == INVALID_CONFIG
     assert "net.ipv4.ip_forward" in info.value.msg and str(path) in info.value.msg
+    assert "net\\.core\\..*" in info.value.details  # the line as written
 
 
 def test_missing_allowlist_allows_everything_and_a_broken_one_is_an_error(tmp_path: Path) -> None:

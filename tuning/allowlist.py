@@ -1,44 +1,68 @@
 """The administrator's sysctl allowlist: which keys a config (or a pod's args) may set.
 
-One regular expression per line, matched against the whole key as written in the config
-(so ``net\\.ipv4\\.conf\\.IFNAME\\.accept_redirects`` allows exactly that key). Go's tuning
-searches for the pattern anywhere in the key, so ``net.core.somaxconn`` there also allows
-``net.core.somaxconn_evil``; here patterns are anchored. Empty lines and lines starting
-with ``#`` are skipped. A missing file allows every key, as upstream; an unreadable one is
-an error rather than "allow all".
+One regular expression per line, matched against the key as written in the config (with
+the literal ``IFNAME``). Go's tuning accepts a key when the pattern matches anywhere in it
+(regexp.MatchString), so there ``net\\.core\\.somaxconn`` also allows
+``net.core.somaxconn_evil``. Here a match must cover whole parts of the key: it starts at
+the start of the key or right after a separator, and ends at the end of the key, right
+before a separator, or with a separator it matched (the separator is ``/`` in a key that
+contains one, else ``.``, as for sysctl(8)). So the prefix patterns
+written for Go (``^net\\.ipv4\\.conf\\.`` allows ``net.ipv4.conf.eth0.rp_filter``) and
+whole keys (``^net\\.core\\.somaxconn$``) mean what they meant, while a name that only
+begins with an allowed one is refused. Empty lines and lines starting with ``#`` are
+skipped. A missing file allows every key, as upstream; an unreadable one is an error
+rather than "allow all".
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from common.errors import IO_FAILURE, CniError, invalid_config
+
+if TYPE_CHECKING:
+    import re
+
+# Around the administrator's pattern: begin at a part boundary, end at one. A key with a
+# "/" uses only "/" as its separator (dots stay literal: net/ipv4/conf/eth0.100/rp_filter),
+# so `conf/eth0` there must not allow eth0.100.
+_WRAP = r"(?:\A|(?<={sep}))(?:{body})(?:\Z|(?<={sep})|(?={sep}))"
 
 
 @dataclass(frozen=True)
 class Allowlist:
     path: str
-    patterns: tuple[re.Pattern[str], ...]
+    lines: tuple[str, ...]  # as written, for messages
+    dotted: tuple[re.Pattern[str], ...]  # each line within part boundaries of dotted keys
+    slashed: tuple[re.Pattern[str], ...]  # ... and of keys written with "/"
 
     def permits(self, key: str) -> bool:
-        return any(p.fullmatch(key) for p in self.patterns)
+        return any(p.search(key) for p in (self.slashed if "/" in key else self.dotted))
 
 
 def parse(path: str, text: str) -> Allowlist:
-    patterns = []
+    import re  # only when an allowlist file exists: most nodes have none
+
+    lines, dotted, slashed = [], [], []
     for number, line in enumerate(text.splitlines(), 1):
         line = line.strip()
         if not line or line.startswith("#"):
             continue
         try:
-            patterns.append(re.compile(line))
+            flags = re.compile(line).flags
+            # global inline flags such as (?i) must lead the whole expression
+            lead = re.match(r"\(\?[aiLmsux]+\)", line)
+            body = line[lead.end() :] if lead else line
+            dotted.append(re.compile(_WRAP.format(sep=r"[.]", body=body), flags))
+            slashed.append(re.compile(_WRAP.format(sep="/", body=body), flags))
         except re.error as e:
             raise invalid_config(
                 f"sysctl allowlist {path} line {number}: {line[:80]!r} is not a regular expression",
                 str(e),
             ) from None
-    return Allowlist(path, tuple(patterns))
+        lines.append(line)
+    return Allowlist(path, tuple(lines), tuple(dotted), tuple(slashed))
 
 
 def load(path: str) -> Allowlist | None:
@@ -59,7 +83,7 @@ def refuse_unlisted(allowlist: Allowlist | None, keys: list[str]) -> None:
         return
     for key in keys:
         if not allowlist.permits(key):
-            shown = ", ".join(p.pattern for p in allowlist.patterns[:10]) or "(none)"
+            shown = ", ".join(allowlist.lines[:10]) or "(none)"
             raise invalid_config(
                 f"sysctl {key!r} is not allowed by {allowlist.path}",
                 f"the allowlist permits keys matching: {shown}",

@@ -60,7 +60,7 @@ def resolve_sysctl(path: str, root: str = PROC_SYS) -> str:
 
 
 def _sysctl_error(what: str, e: OSError, ifname: str) -> CniError:
-    if e.errno == errno.ENOENT:
+    if e.errno in (errno.ENOENT, errno.ENOTDIR):  # ENOTDIR: a key below a file (rp_filter/x)
         return invalid_config(
             f"{what} does not exist in the container's network namespace",
             f"check the key; IFNAME stands for {ifname}, and some keys exist only in the "
