@@ -9,10 +9,10 @@ on stdout (a human line on stderr, the traceback, if any, in the log).
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
+from common import jsontext as json
 from common import versions
 from common.errors import INTERNAL, CniError
 from common.log import LOG_ENV, Log
@@ -92,9 +92,9 @@ def lazy(target: str) -> Callable[[Request], Any]:
     module_name, _, attr = target.partition(":")
 
     def verb(request: Request) -> Any:
-        import importlib
-
-        return getattr(importlib.import_module(module_name), attr)(request)
+        # __import__ with a fromlist returns the submodule itself, and spares importing
+        # importlib (~1 ms) on the call path.
+        return getattr(__import__(module_name, fromlist=[attr]), attr)(request)
 
     verb.__qualname__ = verb.__name__ = attr
     return verb
