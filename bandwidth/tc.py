@@ -11,10 +11,8 @@ small blocking socket rather than through `IPRoute`.
 from __future__ import annotations
 
 import errno
-from collections.abc import Iterator
+from _socket import htons, ntohs
 from contextlib import contextmanager
-from socket import htons, ntohs
-from typing import Any
 
 from bandwidth.model import (
     ETH_P_ALL,
@@ -64,6 +62,11 @@ from common.rtnl import (
     NetlinkError,
     RtnlSocket,
 )
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from typing import Any
 
 PSCHED = "/proc/net/psched"
 IFF_UP = 0x1
