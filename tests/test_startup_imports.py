@@ -79,16 +79,17 @@ NOT_FOR = {
 
 # Modules imported beyond the bare launcher's, per plugin and verb (Python 3.11, pyroute2
 # 0.9.7, python-iptables 1.0). Raise one only for an import the verb really needs. Where
-# the counts go: VERSION is common.skel, jsontext, versions, errors, log and os; portmap
-# with nftables adds its own modules, ipaddress, ctypes (libnftables) and contextlib;
+# the counts go: VERSION is the plugin, common.fastpath, skel, jsontext, versions and
+# errors (not even os); portmap with nftables adds its own modules, os, ipaddress, ctypes
+# (libnftables) and contextlib;
 # iptables adds python-iptables (~55 modules: ctypes.util, subprocess, sysconfig, re,
 # distutils); tuning adds pyroute2's link messages (~70 with what pyroute2 imports:
 # typing, logging, threading, multiprocessing, platform, re); bandwidth adds tcmsg and
 # its qdisc and classifier modules on top (~55 more, dataclasses and inspect among them).
 BUDGET = {
-    ("portmap", "VERSION"): 19,
-    ("bandwidth", "VERSION"): 19,
-    ("tuning", "VERSION"): 19,
+    ("portmap", "VERSION"): 11,
+    ("bandwidth", "VERSION"): 11,
+    ("tuning", "VERSION"): 11,
     ("portmap-nftables", "ADD"): 54,
     ("portmap-nftables", "CHECK"): 54,
     ("portmap-nftables", "DEL"): 53,
