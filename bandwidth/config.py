@@ -13,11 +13,10 @@ device (one full packet must fit in the burst) are checked by the plan.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from common.config import NetConf
 from common.errors import UNSUPPORTED_FIELD, CniError, invalid_config
 from common.jsonobj import JsonObject
+from common.values import Value
 
 KEYS = ("ingressRate", "ingressBurst", "egressRate", "egressBurst")
 U64_MAX = (1 << 64) - 1
@@ -28,22 +27,34 @@ MIN_RATE_BITS = 8
 MAX_RATE_BITS = ((1 << 32) - 1) * 1_000_000 * 8
 
 
-@dataclass(frozen=True)
-class Limit:
+class Limit(Value):
     """One direction's limit as configured: rate in bit/s, burst in bits."""
+
+    __slots__ = ("burst", "burst_key", "rate", "rate_key")
 
     rate: int
     burst: int
     rate_key: str  # where the values came from, for messages: "runtimeConfig.bandwidth.egressRate"
     burst_key: str
 
+    def __init__(self, rate: int, burst: int, rate_key: str, burst_key: str) -> None:
+        self.rate = rate
+        self.burst = burst
+        self.rate_key = rate_key
+        self.burst_key = burst_key
 
-@dataclass(frozen=True)
-class BandwidthConfig:
+
+class BandwidthConfig(Value):
     """Container ingress (traffic towards the container) and egress (from it)."""
 
-    ingress: Limit | None = None
-    egress: Limit | None = None
+    __slots__ = ("egress", "ingress")
+
+    ingress: Limit | None
+    egress: Limit | None
+
+    def __init__(self, ingress: Limit | None = None, egress: Limit | None = None) -> None:
+        self.ingress = ingress
+        self.egress = egress
 
     @property
     def shapes_anything(self) -> bool:

@@ -15,8 +15,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from bandwidth.config import BandwidthConfig
 from bandwidth.model import (
     CONTAINER,
@@ -36,6 +34,7 @@ from bandwidth.tbf import Psched, make_tbf
 from common.digest import sha512_hex
 from common.errors import CONFLICT, CniError, invalid_config
 from common.result import Result
+from common.values import Value
 
 IFB_PREFIX = "bwp"
 IFNAMSIZ = 15
@@ -71,10 +70,15 @@ def alias_owner(alias: str, network: str) -> tuple[str, str] | None:
 # ---------------------------------------------------------------------------- where
 
 
-@dataclass(frozen=True)
-class Placement:
+class Placement(Value):
+    __slots__ = ("device", "mode")
+
     mode: str  # HOST or CONTAINER
     device: Link  # the host veth, or the container interface
+
+    def __init__(self, mode: str, device: Link) -> None:
+        self.mode = mode
+        self.device = device
 
 
 def locate(container_if: Link, peer: Link | None, prev: Result, ifname: str) -> Placement:
@@ -99,25 +103,47 @@ def locate(container_if: Link, peer: Link | None, prev: Result, ifname: str) -> 
 # ---------------------------------------------------------------------------- the plan
 
 
-@dataclass(frozen=True)
-class IfbPlan:
+class IfbPlan(Value):
+    __slots__ = ("alias", "mtu", "name", "tbf")
+
     name: str
     mtu: int
     alias: str
     tbf: Tbf
 
+    def __init__(self, name: str, mtu: int, alias: str, tbf: Tbf) -> None:
+        self.name = name
+        self.mtu = mtu
+        self.alias = alias
+        self.tbf = tbf
 
-@dataclass(frozen=True)
-class Plan:
+
+class Plan(Value):
     """The desired state. `device_tbf` shapes traffic leaving the device; the ifb's tbf
     shapes traffic arriving at it. On the host veth, leaving = container ingress; on the
     container interface, leaving = container egress."""
 
+    __slots__ = ("device", "device_tbf", "ifb", "mode", "notes")
+
     mode: str
     device: str
-    device_tbf: Tbf | None = None
-    ifb: IfbPlan | None = None
-    notes: tuple[str, ...] = ()  # for the log: bursts that had to be clamped
+    device_tbf: Tbf | None
+    ifb: IfbPlan | None
+    notes: tuple[str, ...]  # for the log: bursts that had to be clamped
+
+    def __init__(
+        self,
+        mode: str,
+        device: str,
+        device_tbf: Tbf | None = None,
+        ifb: IfbPlan | None = None,
+        notes: tuple[str, ...] = (),
+    ) -> None:
+        self.mode = mode
+        self.device = device
+        self.device_tbf = device_tbf
+        self.ifb = ifb
+        self.notes = notes
 
     @property
     def empty(self) -> bool:
@@ -160,58 +186,93 @@ def build(
 # ---------------------------------------------------------------------------- actions
 
 
-@dataclass(frozen=True)
-class CreateIfb:
+class CreateIfb(Value):
+    __slots__ = ("alias", "mtu", "name")
+
     name: str
     mtu: int
     alias: str
 
+    def __init__(self, name: str, mtu: int, alias: str) -> None:
+        self.name = name
+        self.mtu = mtu
+        self.alias = alias
 
-@dataclass(frozen=True)
-class UpdateIfb:
+
+class UpdateIfb(Value):
+    __slots__ = ("alias", "mtu", "name")
+
     name: str
     mtu: int
     alias: str
 
+    def __init__(self, name: str, mtu: int, alias: str) -> None:
+        self.name = name
+        self.mtu = mtu
+        self.alias = alias
 
-@dataclass(frozen=True)
-class DeleteIfb:
+
+class DeleteIfb(Value):
+    __slots__ = ("name",)
+
     name: str
 
+    def __init__(self, name: str) -> None:
+        self.name = name
 
-@dataclass(frozen=True)
-class SetTbf:
+
+class SetTbf(Value):
+    __slots__ = ("ifb", "tbf")
+
     ifb: str  # the ifb to put it on; "" for the shaped device
     tbf: Tbf
 
+    def __init__(self, ifb: str, tbf: Tbf) -> None:
+        self.ifb = ifb
+        self.tbf = tbf
 
-@dataclass(frozen=True)
-class DeleteRootQdisc:
+
+class DeleteRootQdisc(Value):
+    __slots__ = ("kind",)
+
     kind: str
 
-
-@dataclass(frozen=True)
-class AddIngressQdisc:
-    pass
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
 
 
-@dataclass(frozen=True)
-class DeleteIngressQdisc:
-    pass
+class AddIngressQdisc(Value):
+    __slots__ = ()
 
 
-@dataclass(frozen=True)
-class DeleteFilters:
+class DeleteIngressQdisc(Value):
+    __slots__ = ()
+
+
+class DeleteFilters(Value):
+    __slots__ = ("kind", "parent", "prio", "protocol")
+
     parent: int
     prio: int
     protocol: int
     kind: str
 
+    def __init__(self, parent: int, prio: int, protocol: int, kind: str) -> None:
+        self.parent = parent
+        self.prio = prio
+        self.protocol = protocol
+        self.kind = kind
 
-@dataclass(frozen=True)
-class AddRedirect:
+
+class AddRedirect(Value):
+    __slots__ = ("ifb", "parent")
+
     parent: int
     ifb: str
+
+    def __init__(self, parent: int, ifb: str) -> None:
+        self.parent = parent
+        self.ifb = ifb
 
 
 Action = (
@@ -248,19 +309,32 @@ def _rank(action: Action) -> tuple[int, int]:
     return (_ORDER.index(type(action)), 0)
 
 
-@dataclass(frozen=True)
-class Ownership:
+class Ownership(Value):
     """What this attachment created on a device it does not own (kept in a state file)."""
 
-    device_tbf: bool = False
-    ingress_qdisc: bool = False
+    __slots__ = ("device_tbf", "ingress_qdisc")
+
+    device_tbf: bool
+    ingress_qdisc: bool
+
+    def __init__(self, device_tbf: bool = False, ingress_qdisc: bool = False) -> None:
+        self.device_tbf = device_tbf
+        self.ingress_qdisc = ingress_qdisc
 
 
-@dataclass(frozen=True)
-class Reconciliation:
+class Reconciliation(Value):
+    __slots__ = ("actions", "kept", "ownership")
+
     actions: tuple[Action, ...]
     ownership: Ownership
-    kept: tuple[str, ...] = field(default=())  # foreign objects left alone, for the log
+    kept: tuple[str, ...]  # foreign objects left alone, for the log
+
+    def __init__(
+        self, actions: tuple[Action, ...], ownership: Ownership, kept: tuple[str, ...] = ()
+    ) -> None:
+        self.actions = actions
+        self.ownership = ownership
+        self.kept = kept
 
 
 # ---------------------------------------------------------------------------- reconcile
@@ -278,12 +352,19 @@ def _describe_ifb_owner(ifb: IfbState) -> str:
     return f"ifb {ifb.link.name} belongs to {ifb.link.alias!r}"
 
 
-@dataclass(frozen=True)
-class _FilterGroup:
+class _FilterGroup(Value):
+    __slots__ = ("kind", "prio", "protocol", "rules")
+
     prio: int
     kind: str
     protocol: int
     rules: tuple[Filter, ...]
+
+    def __init__(self, prio: int, kind: str, protocol: int, rules: tuple[Filter, ...]) -> None:
+        self.prio = prio
+        self.kind = kind
+        self.protocol = protocol
+        self.rules = rules
 
     def describe(self) -> str:
         return f"{self.kind} filter prio {self.prio}"

@@ -9,14 +9,16 @@ its alias, so GC still finds leftovers when a state file is lost.
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
-from typing import Any
-
 from bandwidth.model import CONTAINER, HOST
 from bandwidth.plan import Ownership
+from common import jsontext as json
 from common.digest import sha256_hex
 from common.state import StateDir
+from common.values import Value
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 PLUGIN = "bandwidth"
 
@@ -32,8 +34,19 @@ def file_name(network: str, container_id: str, ifname: str) -> str:
     return sha256_hex(key)[:40] + ".json"
 
 
-@dataclass(frozen=True)
-class Record:
+class Record(Value):
+    __slots__ = (
+        "container_id",
+        "device",
+        "device_index",
+        "ifb",
+        "ifname",
+        "mode",
+        "netns",
+        "network",
+        "ownership",
+    )
+
     network: str
     container_id: str
     ifname: str
@@ -43,6 +56,28 @@ class Record:
     netns: str  # the container netns (where CONTAINER mode shapes)
     ifb: str
     ownership: Ownership
+
+    def __init__(
+        self,
+        network: str,
+        container_id: str,
+        ifname: str,
+        mode: str,
+        device: str,
+        device_index: int,
+        netns: str,
+        ifb: str,
+        ownership: Ownership,
+    ) -> None:
+        self.network = network
+        self.container_id = container_id
+        self.ifname = ifname
+        self.mode = mode
+        self.device = device
+        self.device_index = device_index
+        self.netns = netns
+        self.ifb = ifb
+        self.ownership = ownership
 
     @property
     def file(self) -> str:

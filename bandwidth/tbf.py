@@ -23,11 +23,10 @@ no burst would make such a tbf pass full-size traffic.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from bandwidth.config import Limit
 from bandwidth.model import Tbf
 from common.errors import invalid_config
+from common.values import Value
 
 U32_MAX = (1 << 32) - 1
 TIME_UNITS_PER_SEC = 1_000_000
@@ -39,11 +38,15 @@ ETH_HLEN = 14  # tbf measures frames with their Ethernet header
 RTAB_LAST_CELL = 2048
 
 
-@dataclass(frozen=True)
-class Psched:
+class Psched(Value):
     """The kernel's tick length, from /proc/net/psched (as pyroute2 and tc read it)."""
 
-    tick_in_usec: float = 15.625  # ticks per microsecond on every current kernel
+    __slots__ = ("tick_in_usec",)
+
+    tick_in_usec: float  # ticks per microsecond on every current kernel
+
+    def __init__(self, tick_in_usec: float = 15.625) -> None:
+        self.tick_in_usec = tick_in_usec
 
     @classmethod
     def parse(cls, text: str) -> Psched:

@@ -11,11 +11,8 @@ small blocking socket rather than through `IPRoute`.
 from __future__ import annotations
 
 import errno
-import os
-from collections.abc import Iterator
+from _socket import htons, ntohs
 from contextlib import contextmanager
-from socket import htons, ntohs
-from typing import Any
 
 from bandwidth.model import (
     ETH_P_ALL,
@@ -67,6 +64,11 @@ from common.rtnl import (
     NetlinkError,
     RtnlSocket,
 )
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from typing import Any
 
 PSCHED = "/proc/net/psched"
 IFF_UP = 0x1
@@ -419,6 +421,7 @@ def netlink_answers() -> None:
     """STATUS: rtnetlink answers a GET of `lo` (ifindex 1 in every netns), asked on a plain
     socket so that a status poll does not load pyroute2's message classes (~30 ms, the
     bulk of a poll). Raises OSError when it does not."""
+    import os
     import socket
     import struct
 

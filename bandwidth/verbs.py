@@ -4,8 +4,6 @@ same pieces (see plan.py for the reasoning, tc.py for the kernel side)."""
 from __future__ import annotations
 
 from contextlib import ExitStack
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from bandwidth import config, record
 from bandwidth.model import CONTAINER, HOST, Link
@@ -34,7 +32,9 @@ from common.gc import AttachmentId, valid_attachments
 from common.netns import exists
 from common.result import Interface, Result
 from common.skel import Request
+from common.values import Value
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from bandwidth.tc import Rtnl
 
@@ -62,13 +62,19 @@ def _placement(request: Request, prev: Result, ctr: Rtnl, host: Rtnl) -> Placeme
     return locate(container_if, peer, prev, request.ifname)
 
 
-@dataclass(frozen=True)
-class Located:
+class Located(Value):
     """Where one attachment is shaped, what it should look like, and the socket there."""
+
+    __slots__ = ("placement", "plan", "sock")
 
     placement: Placement
     plan: Plan
     sock: Rtnl
+
+    def __init__(self, placement: Placement, plan: Plan, sock: Rtnl) -> None:
+        self.placement = placement
+        self.plan = plan
+        self.sock = sock
 
 
 def _locate_and_plan(request: Request, cfg: config.BandwidthConfig, stack: ExitStack) -> Located:

@@ -2,7 +2,8 @@
 
 Installs with deploy/install.sh into a temporary bin dir, in the two shapes users get:
 the venv launcher (`make install`; here reusing the test venv) and the relocatable bundle
-(the Kubernetes DaemonSet). VERSION touches no network namespace at all.
+(the Kubernetes DaemonSet), beside the venv's bare interpreter (`python -IS -c pass`):
+the floor of any Python plugin. VERSION touches no network namespace at all.
 
   python bench/installed_startup.py [--rounds N] [--quick]   -> bench/results/installed_startup.md
 """
@@ -69,6 +70,10 @@ def main() -> None:
             ),
             "ours, bundle launcher (DaemonSet)": lambda: exec_seconds(
                 [f"{work}/bundle-bin/portmap"], env, stdin
+            ),
+            # The floor under the venv launcher: its interpreter doing nothing.
+            "bare interpreter (python -IS -c pass)": lambda: exec_seconds(
+                [str(VENV / "bin" / "python"), "-IS", "-c", "pass"], env, stdin
             ),
         }
         for fn in cases.values():

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import json
-import re
-from dataclasses import dataclass
-from typing import Any
-
+from common import jsontext as json
 from common import versions
+from common.env import is_plain_name
 from common.errors import DECODING_FAILURE, CniError, invalid_config
 from common.jsonobj import JsonObject
 from common.result import Result
 from common.skel import MAX_STDIN_BYTES
+from common.values import Value
 
-_NETWORK_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.\-]*")
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def decode(data: bytes) -> dict[str, Any]:
@@ -41,9 +41,19 @@ def config_version(raw: dict[str, Any]) -> str:
     return str(value)
 
 
-@dataclass(frozen=True)
-class NetConf:
+class NetConf(Value):
     """The fields of a network configuration that every plugin shares."""
+
+    __slots__ = (
+        "args",
+        "body",
+        "capabilities",
+        "cni_version",
+        "name",
+        "prev_result",
+        "runtime_config",
+        "type",
+    )
 
     cni_version: str
     name: str
@@ -53,6 +63,26 @@ class NetConf:
     args: JsonObject
     prev_result: Result | None
     body: JsonObject  # the whole config, for the plugin's own keys
+
+    def __init__(
+        self,
+        cni_version: str,
+        name: str,
+        type: str,
+        capabilities: dict[str, Any],
+        runtime_config: JsonObject,
+        args: JsonObject,
+        prev_result: Result | None,
+        body: JsonObject,
+    ) -> None:
+        self.cni_version = cni_version
+        self.name = name
+        self.type = type
+        self.capabilities = capabilities
+        self.runtime_config = runtime_config
+        self.args = args
+        self.prev_result = prev_result
+        self.body = body
 
     @property
     def cni_args_object(self) -> JsonObject:
@@ -66,7 +96,7 @@ def parse_netconf(raw: dict[str, Any], *, need_name: bool = True) -> NetConf:
     name = body.string("name", "")
     if need_name and not name:
         raise invalid_config("the network configuration has no 'name'")
-    if name and (not _NETWORK_NAME.fullmatch(name) or len(name) > 1024):
+    if name and (not is_plain_name(name) or len(name) > 1024):
         raise invalid_config(
             f"invalid network name {name[:80]!r}",
             "a name starts with a letter or digit and contains only letters, digits, '_', '.', '-'",

@@ -7,7 +7,10 @@ modules CPython ships give the same digests for the few bytes hashed here.
 from __future__ import annotations
 
 from functools import cache
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 @cache  # a failed import searches sys.path anew: look the constructor up once

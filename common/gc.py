@@ -2,21 +2,25 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from common.errors import invalid_config
 from common.jsonobj import JsonObject
+from common.values import OrderedValue
 
 VALID_ATTACHMENTS = "cni.dev/valid-attachments"
 LEGACY_ATTACHMENTS = "cni.dev/attachments"
 
 
-@dataclass(frozen=True, order=True)
-class AttachmentId:
+class AttachmentId(OrderedValue):
     """Container id and ifname; the network is the config's name."""
+
+    __slots__ = ("container_id", "ifname")
 
     container_id: str
     ifname: str
+
+    def __init__(self, container_id: str, ifname: str) -> None:
+        self.container_id = container_id
+        self.ifname = ifname
 
 
 def valid_attachments(body: JsonObject) -> set[AttachmentId]:

@@ -8,10 +8,12 @@ naming the field's path, so the user knows what to fix.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from common.errors import invalid_config
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
 
 _MISSING: Any = object()
 

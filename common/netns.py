@@ -8,11 +8,14 @@ namespace they were created in, so a socket opened inside the block keeps workin
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
 from common.errors import INVALID_NETNS, CniError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from typing import Any
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWNET = 0x40000000

@@ -17,13 +17,15 @@ the spec's "lossy" cell of the conversion matrix, not a bug here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
-
 from common import versions
 from common.errors import invalid_config
 from common.jsonkeys import split_known
 from common.jsonobj import JsonObject
+from common.values import Value
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 LEGACY = ("0.1.0", "0.2.0")
 
@@ -48,23 +50,55 @@ def address_family(address: str) -> int:
 # ---------------------------------------------------------------------------- the model
 
 
-@dataclass
-class Interface:
+class Interface(Value):
+    __slots__ = ("extra", "mac", "mtu", "name", "pci_id", "sandbox", "socket_path")
+
     name: str
-    mac: str = ""
-    sandbox: str = ""
-    mtu: int | None = None  # 1.1.0
-    socket_path: str = ""  # 1.1.0
-    pci_id: str = ""  # 1.1.0
-    extra: dict[str, Any] = field(default_factory=dict)
+    mac: str
+    sandbox: str
+    mtu: int | None  # 1.1.0
+    socket_path: str  # 1.1.0
+    pci_id: str  # 1.1.0
+    extra: dict[str, Any]
+
+    def __init__(
+        self,
+        name: str,
+        mac: str = "",
+        sandbox: str = "",
+        mtu: int | None = None,
+        socket_path: str = "",
+        pci_id: str = "",
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        self.name = name
+        self.mac = mac
+        self.sandbox = sandbox
+        self.mtu = mtu
+        self.socket_path = socket_path
+        self.pci_id = pci_id
+        self.extra = {} if extra is None else extra
 
 
-@dataclass
-class IPConfig:
+class IPConfig(Value):
+    __slots__ = ("address", "extra", "gateway", "interface")
+
     address: str  # CIDR, e.g. "10.88.0.5/16"
-    gateway: str = ""
-    interface: int | None = None  # index into Result.interfaces
-    extra: dict[str, Any] = field(default_factory=dict)
+    gateway: str
+    interface: int | None  # index into Result.interfaces
+    extra: dict[str, Any]
+
+    def __init__(
+        self,
+        address: str,
+        gateway: str = "",
+        interface: int | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        self.address = address
+        self.gateway = gateway
+        self.interface = interface
+        self.extra = {} if extra is None else extra
 
     @property
     def family(self) -> int:
@@ -76,34 +110,85 @@ class IPConfig:
         return self.address.split("/", 1)[0]
 
 
-@dataclass
-class Route:
+class Route(Value):
+    __slots__ = ("advmss", "dst", "extra", "gw", "mtu", "priority", "scope", "table")
+
     dst: str
-    gw: str = ""
-    mtu: int | None = None  # 1.1.0 (this and the rest)
-    advmss: int | None = None
-    priority: int | None = None
-    table: int | None = None
-    scope: int | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    gw: str
+    mtu: int | None  # 1.1.0 (this and the rest)
+    advmss: int | None
+    priority: int | None
+    table: int | None
+    scope: int | None
+    extra: dict[str, Any]
+
+    def __init__(
+        self,
+        dst: str,
+        gw: str = "",
+        mtu: int | None = None,
+        advmss: int | None = None,
+        priority: int | None = None,
+        table: int | None = None,
+        scope: int | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        self.dst = dst
+        self.gw = gw
+        self.mtu = mtu
+        self.advmss = advmss
+        self.priority = priority
+        self.table = table
+        self.scope = scope
+        self.extra = {} if extra is None else extra
 
 
-@dataclass
-class DNS:
-    nameservers: list[str] = field(default_factory=list)
-    domain: str = ""
-    search: list[str] = field(default_factory=list)
-    options: list[str] = field(default_factory=list)
-    extra: dict[str, Any] = field(default_factory=dict)
+class DNS(Value):
+    __slots__ = ("domain", "extra", "nameservers", "options", "search")
+
+    nameservers: list[str]
+    domain: str
+    search: list[str]
+    options: list[str]
+    extra: dict[str, Any]
+
+    def __init__(
+        self,
+        nameservers: list[str] | None = None,
+        domain: str = "",
+        search: list[str] | None = None,
+        options: list[str] | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        self.nameservers = [] if nameservers is None else nameservers
+        self.domain = domain
+        self.search = [] if search is None else search
+        self.options = [] if options is None else options
+        self.extra = {} if extra is None else extra
 
 
-@dataclass
-class Result:
-    interfaces: list[Interface] = field(default_factory=list)
-    ips: list[IPConfig] = field(default_factory=list)
-    routes: list[Route] = field(default_factory=list)
-    dns: DNS = field(default_factory=DNS)
-    extra: dict[str, Any] = field(default_factory=dict)
+class Result(Value):
+    __slots__ = ("dns", "extra", "interfaces", "ips", "routes")
+
+    interfaces: list[Interface]
+    ips: list[IPConfig]
+    routes: list[Route]
+    dns: DNS
+    extra: dict[str, Any]
+
+    def __init__(
+        self,
+        interfaces: list[Interface] | None = None,
+        ips: list[IPConfig] | None = None,
+        routes: list[Route] | None = None,
+        dns: DNS | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        self.interfaces = [] if interfaces is None else interfaces
+        self.ips = [] if ips is None else ips
+        self.routes = [] if routes is None else routes
+        self.dns = DNS() if dns is None else dns
+        self.extra = {} if extra is None else extra
 
     # -- queries the plugins share ------------------------------------------------------
 

@@ -5,9 +5,9 @@ importing IPRoute costs ~70 ms (asyncio, unittest.mock, multiprocessing, an in-m
 netlink mock, every request filter), `import pyroute2` ~105 ms, against 3-4 ms for a
 whole Go plugin; its asyncio round trips cost another ~0.7 ms per request. What the
 plugins need from pyroute2 is the protocol: the message classes `ifinfmsg` (links: tuning,
-bandwidth's ifb) and `tcmsg` (qdiscs and filters), and the tc modules that turn (rate,
-burst, limit) into tbf parameters and rate tables, and a u32 match plus mirred action
-into attributes. Those load in ~28 ms. This module loads exactly those and sends them on a
+bandwidth's ifb) and `tcmsg` (qdiscs and filters: bandwidth only), and the tc modules that
+turn (rate, burst, limit) into tbf parameters and rate tables, and a u32 match plus mirred
+action into attributes. Those load in ~28 ms. This module loads exactly those and sends them on a
 plain blocking NETLINK_ROUTE socket: one request, its replies, its ACK (see
 bench/results/bandwidth_latency.md for the measurements).
 
@@ -19,13 +19,16 @@ top-level name (e.g. `from pyroute2 import IPRoute`), so other code is unaffecte
 
 from __future__ import annotations
 
+import _socket  # not `socket`: that imports enum and selectors (~3 ms)
 import os
-import socket
 import struct
 import sys
 from contextlib import suppress
 from types import SimpleNamespace
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 NETLINK_ROUTE = 0
 SOL_NETLINK = 270
@@ -83,19 +86,23 @@ def _register_package_without_init(name: str) -> None:
     sys.modules[name] = package
 
 
-def pyroute2() -> SimpleNamespace:
-    """The pyroute2 pieces bandwidth uses: message classes and the tc helpers."""
+def pyroute2(tc: bool = True) -> SimpleNamespace:
+    """The pyroute2 pieces the plugins use: the link messages (`ifinfmsg`, `nlmsgerr`),
+    and unless `tc` is false the tc ones (`tcmsg`, `sched_tbf`, `cls_u32`). `tcmsg`
+    imports every qdisc and classifier module pyroute2 has (~15 ms more, `dataclasses`
+    and `inspect` among them): tuning, which sends no tc message, does without."""
     global _modules
     if _modules is None:
         if "pyroute2" not in sys.modules:
             _register_package_without_init("pyroute2")
         from pyroute2.netlink import nlmsgerr
         from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
+
+        _modules = SimpleNamespace(ifinfmsg=ifinfmsg, nlmsgerr=nlmsgerr)
+    if tc and not hasattr(_modules, "tcmsg"):
         from pyroute2.netlink.rtnl.tcmsg import cls_u32, sched_tbf, tcmsg
 
-        _modules = SimpleNamespace(
-            ifinfmsg=ifinfmsg, tcmsg=tcmsg, nlmsgerr=nlmsgerr, sched_tbf=sched_tbf, cls_u32=cls_u32
-        )
+        _modules.tcmsg, _modules.sched_tbf, _modules.cls_u32 = tcmsg, sched_tbf, cls_u32
     return _modules
 
 
@@ -106,10 +113,10 @@ class NetlinkError(OSError):
 class RtnlSocket:
     """A blocking NETLINK_ROUTE socket, bound to the netns current when it is made."""
 
-    def __init__(self) -> None:
-        self.modules = pyroute2()
-        self.sock = socket.socket(
-            socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, NETLINK_ROUTE
+    def __init__(self, tc: bool = True) -> None:
+        self.modules = pyroute2(tc)
+        self.sock = _socket.socket(
+            _socket.AF_NETLINK, _socket.SOCK_RAW | _socket.SOCK_CLOEXEC, NETLINK_ROUTE
         )
         self.sock.setsockopt(SOL_NETLINK, NETLINK_EXT_ACK, 1)
         self.sock.settimeout(TIMEOUT)

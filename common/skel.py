@@ -9,13 +9,11 @@ on stdout (a human line on stderr, the traceback, if any, in the log).
 
 from __future__ import annotations
 
-import json
-import os
 import sys
 
+from common import jsontext as json
 from common import versions
 from common.errors import INTERNAL, CniError
-from common.log import LOG_ENV, Log, escape_field
 
 # `typing` costs several ms to import; type checkers treat this name as true whatever its
 # value, so the annotations below are checked without the runtime paying for them.
@@ -26,6 +24,7 @@ if TYPE_CHECKING:
 
     from common.config import NetConf
     from common.env import Invocation
+    from common.log import Log
     from common.result import Result
 
     AddFn = Callable[["Request"], "Result | None"]
@@ -92,9 +91,9 @@ def lazy(target: str) -> Callable[[Request], Any]:
     module_name, _, attr = target.partition(":")
 
     def verb(request: Request) -> Any:
-        import importlib
-
-        return getattr(importlib.import_module(module_name), attr)(request)
+        # __import__ with a fromlist returns the submodule itself, and spares importing
+        # importlib (~1 ms) on the call path.
+        return getattr(__import__(module_name, fromlist=[attr]), attr)(request)
 
     verb.__qualname__ = verb.__name__ = attr
     return verb
@@ -187,6 +186,8 @@ def version_answer(data: bytes) -> dict[str, Any]:
 
 
 def _make_log(plugin: str, raw: dict[str, Any] | None, env: Mapping[str, str]) -> Log:
+    from common.log import LOG_ENV, Log, escape_field
+
     path = ""
     level = "info"
     if raw is not None:
@@ -204,6 +205,16 @@ def _make_log(plugin: str, raw: dict[str, Any] | None, env: Mapping[str, str]) -
     return Log(path, prefix, level)
 
 
+def _command(environ: Mapping[str, str] | None) -> str:
+    """CNI_COMMAND, read without importing `os` (~1.2 ms, half of what VERSION and the
+    banner import): `posix.environ` is the builtin behind os.environ, in bytes."""
+    if environ is not None:
+        return environ.get("CNI_COMMAND", "")
+    import posix
+
+    return posix.environ.get(b"CNI_COMMAND", b"").decode("utf-8", "surrogateescape")
+
+
 def run(
     plugin: Plugin,
     *,
@@ -212,10 +223,9 @@ def run(
     stdout: IO[bytes] | None = None,
     stderr: IO[str] | None = None,
 ) -> int:
-    env: Mapping[str, str] = os.environ if environ is None else environ
     out = stdout or sys.stdout.buffer
     err = stderr or sys.stderr
-    command = env.get("CNI_COMMAND", "")
+    command = _command(environ)
     if not command:
         print(plugin.banner(), file=err)
         return 0
@@ -223,6 +233,13 @@ def run(
     if command == "VERSION":
         _emit(out, version_answer(data))
         return 0
+    env: Mapping[str, str]
+    if environ is None:
+        import os
+
+        env = os.environ
+    else:
+        env = environ
 
     error_version = _best_effort_version(data)
     log = _make_log(plugin.name, None, env)

@@ -14,14 +14,17 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import json
 import os
 import time
-from collections.abc import Iterator
 from contextlib import contextmanager, suppress
-from typing import Any
 
+from common import jsontext as json
 from common.errors import IO_FAILURE, TRY_AGAIN_LATER, CniError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from typing import Any
 
 DEFAULT_ROOT = "/run/cni/meta-plugins"
 ROOT_ENV = "CNI_META_STATE_ROOT"

@@ -8,13 +8,11 @@ Keys are read case-insensitively (Go runtimes send "HostPort", "Protocol").
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
-
 from common.config import NetConf
 from common.digest import sha256_hex
 from common.errors import CniError, invalid_config
 from common.jsonobj import JsonObject
+from common.values import Value
 
 # IP protocol numbers (the kernel and nft speak numbers) and the names we accept.
 PROTOCOL_NAMES = {6: "tcp", 17: "udp", 132: "sctp"}
@@ -26,8 +24,7 @@ WILDCARDS = frozenset({"", *ANY_ADDRESS.values()})
 DEFAULT_MARK_BIT = 13  # Kubernetes uses 14 and 15, Calico 20-31 (upstream's comment)
 
 
-@dataclass(frozen=True)
-class PortMapping:
+class PortMapping(Value):
     """One runtimeConfig.portMappings entry.
 
     `host_ip` is the normalised address, "" when absent/empty (both families, any local
@@ -35,12 +32,30 @@ class PortMapping:
     their family while still meaning "any local address".
     """
 
+    __slots__ = ("container_port", "count", "host_ip", "host_port", "index", "protocol")
+
     host_port: int
     container_port: int
     protocol: str
-    host_ip: str = ""
-    count: int = 1  # podman's `range`: host_port..host_port+count-1 -> container_port..
-    index: int = 0  # position in portMappings, for error messages
+    host_ip: str
+    count: int  # podman's `range`: host_port..host_port+count-1 -> container_port..
+    index: int  # position in portMappings, for error messages
+
+    def __init__(
+        self,
+        host_port: int,
+        container_port: int,
+        protocol: str,
+        host_ip: str = "",
+        count: int = 1,
+        index: int = 0,
+    ) -> None:
+        self.host_port = host_port
+        self.container_port = container_port
+        self.protocol = protocol
+        self.host_ip = host_ip
+        self.count = count
+        self.index = index
 
     @property
     def host_family(self) -> int | None:
@@ -61,27 +76,60 @@ class PortMapping:
         return f"portMappings[{self.index}] {host}:{ports}/{self.protocol}"
 
 
-@dataclass(frozen=True)
-class Options:
-    snat: bool = True
-    masq_all: bool = False
-    mark_masq_bit: int = DEFAULT_MARK_BIT
-    external_set_mark_chain: str = ""
-    conditions_v4: tuple[str, ...] = ()
-    conditions_v6: tuple[str, ...] = ()
-    backend: str = ""  # "" = auto
+class Options(Value):
+    __slots__ = (
+        "backend",
+        "conditions_v4",
+        "conditions_v6",
+        "external_set_mark_chain",
+        "mark_masq_bit",
+        "masq_all",
+        "snat",
+    )
+
+    snat: bool
+    masq_all: bool
+    mark_masq_bit: int
+    external_set_mark_chain: str
+    conditions_v4: tuple[str, ...]
+    conditions_v6: tuple[str, ...]
+    backend: str  # "" = auto
+
+    def __init__(
+        self,
+        snat: bool = True,
+        masq_all: bool = False,
+        mark_masq_bit: int = DEFAULT_MARK_BIT,
+        external_set_mark_chain: str = "",
+        conditions_v4: tuple[str, ...] = (),
+        conditions_v6: tuple[str, ...] = (),
+        backend: str = "",
+    ) -> None:
+        self.snat = snat
+        self.masq_all = masq_all
+        self.mark_masq_bit = mark_masq_bit
+        self.external_set_mark_chain = external_set_mark_chain
+        self.conditions_v4 = conditions_v4
+        self.conditions_v6 = conditions_v6
+        self.backend = backend
 
     def conditions(self, family: int) -> tuple[str, ...]:
         return self.conditions_v4 if family == 4 else self.conditions_v6
 
 
-@dataclass(frozen=True)
-class Attachment:
+class Attachment(Value):
     """(network, container id, ifname): who owns a set of mappings."""
+
+    __slots__ = ("container_id", "ifname", "network")
 
     network: str
     container_id: str
     ifname: str
+
+    def __init__(self, network: str, container_id: str, ifname: str) -> None:
+        self.network = network
+        self.container_id = container_id
+        self.ifname = ifname
 
     @property
     def network_tag(self) -> str:
@@ -100,17 +148,22 @@ class Attachment:
     def comment(self) -> str:
         """What nft element comments and iptables comments carry: tag first, then a name
         an operator recognises (truncated: comments hold at most 128 bytes)."""
-        readable = _COMMENT_UNSAFE.sub("_", str(self))
+        readable = "".join(c if c in _COMMENT_SAFE else "_" for c in str(self))
         return f"{self.tag} {readable}"[:120]
 
 
-_COMMENT_UNSAFE = re.compile(r"[^A-Za-z0-9_.:/@+=-]")
+_COMMENT_SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.:/@+=-")
 
 
-@dataclass(frozen=True)
-class PortmapConfig:
+class PortmapConfig(Value):
+    __slots__ = ("mappings", "options")
+
     options: Options
     mappings: tuple[PortMapping, ...]
+
+    def __init__(self, options: Options, mappings: tuple[PortMapping, ...]) -> None:
+        self.options = options
+        self.mappings = mappings
 
 
 # ---------------------------------------------------------------------------- mappings
@@ -225,6 +278,18 @@ def _reject_duplicates(mappings: tuple[PortMapping, ...]) -> None:
                         "each (hostIP, protocol, hostPort) may appear once",
                     )
                 seen[key] = m
+
+
+# ---------------------------------------------------------------------------- patterns
+
+# `re` costs ~5 ms to import: only externalSetMarkChain, an uncommon option, is checked
+# with a pattern, and pays for it when it is given.
+
+
+def _pattern_fullmatch(pattern: str, text: str) -> bool:
+    import re
+
+    return re.fullmatch(pattern, text) is not None
 
 
 # ---------------------------------------------------------------------------- conditions
@@ -553,7 +618,7 @@ def parse_options(body: JsonObject) -> Options:
     if not 0 <= bit <= 31:
         raise invalid_config(f"markMasqBit is {bit}: it must be between 0 and 31")
     chain = body.string("externalSetMarkChain", "")
-    if has_chain and not re.fullmatch(r"[A-Za-z0-9_.\-]{1,28}", chain):
+    if has_chain and not _pattern_fullmatch(r"[A-Za-z0-9_.\-]{1,28}", chain):
         raise invalid_config(
             f"externalSetMarkChain {chain[:60]!r} is not an iptables chain name",
             "a chain name has 1-28 letters, digits, '_', '.' or '-'",

@@ -25,16 +25,13 @@ default) these rules exist and work but `iptables -t nat -S` does not show them:
 from __future__ import annotations
 
 import ipaddress
-import json
 import os
 import struct
 import sys
-from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from functools import cache, partial
-from typing import Any
 
+from common import jsontext as json
 from common.digest import sha512_hex
 from common.errors import (
     CHECK_FAILED,
@@ -46,10 +43,16 @@ from common.errors import (
 )
 from common.log import Log
 from common.state import StateDir, flock_with_deadline
+from common.values import Value
 from portmap import state
 from portmap.backend import UdpTargets
 from portmap.config import PROTOCOL_NAMES, Attachment
 from portmap.plan import MASQ_ALL, MASQ_NONE, FamilyPlan, Forward, Plan
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+    from typing import Any
 
 NAME = "iptables"
 TOP = "CNI-HOSTPORT-DNAT"
@@ -350,8 +353,7 @@ _PORT_MATCHES = (b"tcp", b"udp", b"sctp")
 _MATCH_HEADER = 32  # xt_entry_match: u16 size, char name[29], u8 revision; then the data
 
 
-@dataclass(frozen=True)
-class Jump:
+class Jump(Value):
     """One rule of CNI-HOSTPORT-DNAT, decoded straight from libiptc's entry.
 
     That chain holds a rule per forward of every attachment of the node, and ADD (for
@@ -360,12 +362,30 @@ class Jump:
     fields we need from the entry's bytes.
     """
 
+    __slots__ = ("comment", "dports", "host_ip", "number", "protocol", "target")
+
     number: int  # 0-based position in the chain (libiptc deletes by number)
     protocol: str
     host_ip: str | None  # the rule's destination address; None for the wildcard
     dports: tuple[int, int] | None
     comment: str
     target: str  # the chain it jumps to
+
+    def __init__(
+        self,
+        number: int,
+        protocol: str,
+        host_ip: str | None,
+        dports: tuple[int, int] | None,
+        comment: str,
+        target: str,
+    ) -> None:
+        self.number = number
+        self.protocol = protocol
+        self.host_ip = host_ip
+        self.dports = dports
+        self.comment = comment
+        self.target = target
 
     @property
     def owner(self) -> str:

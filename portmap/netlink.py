@@ -15,11 +15,11 @@ Both run in the caller's network namespace (the socket is created there).
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     import socket
+    from collections.abc import Iterable, Iterator
 
 NETLINK_ROUTE = 0
 NETLINK_NETFILTER = 12

@@ -38,19 +38,20 @@ the number of mappings): it uses `get element` on known keys.
 
 from __future__ import annotations
 
-import json
-import re
-from collections.abc import Iterable
-from dataclasses import dataclass, field
-from typing import Any
-
+from common import jsontext as json
 from common.digest import sha256_hex
 from common.errors import CHECK_FAILED, CONFLICT, KERNEL_FAILURE, STATUS_UNAVAILABLE, CniError
 from common.log import Log
 from common.state import StateDir
+from common.values import OrderedValue, Value
 from portmap import state
 from portmap.config import PROTOCOL_NAMES, Attachment
 from portmap.plan import ANY, MASQ_ALL, MASQ_NONE, MASQ_SUBNET, FamilyPlan, Plan
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from typing import Any
 
 NAME = "nftables"
 TABLE = "cni_meta_portmap"
@@ -67,12 +68,17 @@ GET_CHUNK = 50
 # ---------------------------------------------------------------------------- pure rendering
 
 
-@dataclass(frozen=True)
-class Lane:
+class Lane(Value):
     """The maps and rules shared by attachments with the same conditions (per family)."""
+
+    __slots__ = ("conditions", "family")
 
     family: int
     conditions: tuple[str, ...]
+
+    def __init__(self, family: int, conditions: tuple[str, ...]) -> None:
+        self.family = family
+        self.conditions = conditions
 
     @property
     def id(self) -> int:
@@ -194,13 +200,23 @@ def masq_chain_text(family: int, prefix: int) -> list[str]:
     return lines
 
 
-@dataclass(frozen=True, order=True)
-class Element:
+class Element(OrderedValue):
     """One set/map element; identity is (set, key), `data` is what a map maps it to."""
+
+    __slots__ = ("data", "key", "set")
 
     set: str
     key: str
-    data: str = field(default="", compare=False)
+    data: str
+
+    def __init__(self, set: str, key: str, data: str = "") -> None:
+        self.set = set
+        self.key = key
+        self.data = data
+
+    def _fields(self) -> tuple[object, ...]:
+        # data: not part of the value (as compare=False did)
+        return (self.set, self.key)
 
     @property
     def is_claim(self) -> bool:
@@ -291,7 +307,7 @@ def udp_targets(elements: Iterable[Element]) -> list[tuple[int, str | None, int]
 # ---------------------------------------------------------------------------- parsing output
 
 _PROTO_NUMBERS = {str(number): name for number, name in PROTOCOL_NAMES.items()}
-_ITEM = re.compile(r'^(?P<key>.*?)(?: comment "(?P<comment>[^"]*)")?(?: : (?P<data>.*))?$')
+_COMMENT = ' comment "'
 
 
 def _normal_key(key: str) -> str:
@@ -303,6 +319,17 @@ def _normal_key(key: str) -> str:
     return " . ".join(parts)
 
 
+def _item_parts(item: str) -> tuple[str, str, str]:
+    """One element as nft prints it, `KEY [comment "TEXT"] [: DATA]` -> (key, comment,
+    data). Neither our keys nor our comments contain " : " or a quote."""
+    key, _, data = item.partition(" : ")
+    comment = ""
+    at = key.find(_COMMENT)
+    if at >= 0 and key.endswith('"'):
+        key, comment = key[:at], key[at + len(_COMMENT) : -1]
+    return key, comment, data.strip()
+
+
 def parse_get_output(text: str) -> dict[str, tuple[str, str]]:
     """`get element` text output -> {key: (comment, data)}."""
     out: dict[str, tuple[str, str]] = {}
@@ -312,10 +339,10 @@ def parse_get_output(text: str) -> dict[str, tuple[str, str]]:
     end = text.find("}", start + len("elements = {"))
     body = " ".join(text[start + len("elements = {") : end].split())
     for item in body.split(","):
-        m = _ITEM.match(item.strip())
-        if not m or not m["key"]:
+        key, comment, data = _item_parts(item.strip())
+        if not key:
             continue
-        out[_normal_key(m["key"])] = (m["comment"] or "", (m["data"] or "").strip())
+        out[_normal_key(key)] = (comment, data)
     return out
 
 

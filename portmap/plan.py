@@ -16,10 +16,9 @@ Masquerading (snat, the default) covers what cannot work without it:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from common.errors import invalid_config
 from common.result import Result
+from common.values import Value
 from portmap.config import (
     ANY_ADDRESS,
     Attachment,
@@ -35,16 +34,33 @@ MASQ_SUBNET = "subnet"  # container subnet (hairpin, neighbours) and, for IPv4, 
 MASQ_ALL = "all"
 
 
-@dataclass(frozen=True)
-class Forward:
+class Forward(Value):
     """host_ip:host_port..+count-1 -> container:container_port..; host_ip None = any."""
+
+    __slots__ = ("container_port", "count", "host_ip", "host_port", "mapping", "protocol")
 
     host_ip: str | None
     protocol: str
     host_port: int
     container_port: int
-    count: int = 1
-    mapping: int = 0  # index in portMappings
+    count: int
+    mapping: int  # index in portMappings
+
+    def __init__(
+        self,
+        host_ip: str | None,
+        protocol: str,
+        host_port: int,
+        container_port: int,
+        count: int = 1,
+        mapping: int = 0,
+    ) -> None:
+        self.host_ip = host_ip
+        self.protocol = protocol
+        self.host_port = host_port
+        self.container_port = container_port
+        self.count = count
+        self.mapping = mapping
 
     def ports(self) -> list[tuple[int, int]]:
         return [(self.host_port + i, self.container_port + i) for i in range(self.count)]
@@ -59,15 +75,42 @@ class Forward:
         return f"{host}:{ports}/{self.protocol}"
 
 
-@dataclass(frozen=True)
-class FamilyPlan:
+class FamilyPlan(Value):
+    __slots__ = (
+        "conditions",
+        "container_ip",
+        "family",
+        "forwards",
+        "masquerade",
+        "prefix_len",
+        "subnet",
+    )
+
     family: int  # 4 or 6
     container_ip: str
     subnet: str  # the container's network address, e.g. "10.88.0.0"
     prefix_len: int
     forwards: tuple[Forward, ...]
     masquerade: str  # MASQ_NONE / MASQ_SUBNET / MASQ_ALL
-    conditions: tuple[str, ...] = ()
+    conditions: tuple[str, ...]
+
+    def __init__(
+        self,
+        family: int,
+        container_ip: str,
+        subnet: str,
+        prefix_len: int,
+        forwards: tuple[Forward, ...],
+        masquerade: str,
+        conditions: tuple[str, ...] = (),
+    ) -> None:
+        self.family = family
+        self.container_ip = container_ip
+        self.subnet = subnet
+        self.prefix_len = prefix_len
+        self.forwards = forwards
+        self.masquerade = masquerade
+        self.conditions = conditions
 
     @property
     def localhost(self) -> bool:
@@ -79,13 +122,28 @@ class FamilyPlan:
         return f"{self.subnet}/{self.prefix_len}"
 
 
-@dataclass(frozen=True)
-class Plan:
+class Plan(Value):
+    __slots__ = ("attachment", "external_mark_chain", "families", "mark_bit", "skipped")
+
     attachment: Attachment
     families: tuple[FamilyPlan, ...]
-    skipped: tuple[str, ...] = ()  # human notes: mappings that apply to no family here
-    mark_bit: int = 13  # iptables backend: the "masquerade me" fwmark bit
-    external_mark_chain: str = ""  # iptables backend: jump here instead of SETMARK
+    skipped: tuple[str, ...]  # human notes: mappings that apply to no family here
+    mark_bit: int  # iptables backend: the "masquerade me" fwmark bit
+    external_mark_chain: str  # iptables backend: jump here instead of SETMARK
+
+    def __init__(
+        self,
+        attachment: Attachment,
+        families: tuple[FamilyPlan, ...],
+        skipped: tuple[str, ...] = (),
+        mark_bit: int = 13,
+        external_mark_chain: str = "",
+    ) -> None:
+        self.attachment = attachment
+        self.families = families
+        self.skipped = skipped
+        self.mark_bit = mark_bit
+        self.external_mark_chain = external_mark_chain
 
     @property
     def empty(self) -> bool:

@@ -9,10 +9,12 @@ still covers whatever reached the kernel.
 
 from __future__ import annotations
 
-from typing import Any
-
 from common.state import StateDir
 from portmap.config import Attachment
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 PLUGIN = "portmap"
 

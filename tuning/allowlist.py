@@ -16,11 +16,10 @@ rather than "allow all".
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
 from common.errors import IO_FAILURE, CniError, invalid_config
+from common.values import Value
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     import re
 
@@ -30,12 +29,25 @@ if TYPE_CHECKING:
 _WRAP = r"(?:\A|(?<={sep}))(?:{body})(?:\Z|(?<={sep})|(?={sep}))"
 
 
-@dataclass(frozen=True)
-class Allowlist:
+class Allowlist(Value):
+    __slots__ = ("dotted", "lines", "path", "slashed")
+
     path: str
     lines: tuple[str, ...]  # as written, for messages
     dotted: tuple[re.Pattern[str], ...]  # each line within part boundaries of dotted keys
     slashed: tuple[re.Pattern[str], ...]  # ... and of keys written with "/"
+
+    def __init__(
+        self,
+        path: str,
+        lines: tuple[str, ...],
+        dotted: tuple[re.Pattern[str], ...],
+        slashed: tuple[re.Pattern[str], ...],
+    ) -> None:
+        self.path = path
+        self.lines = lines
+        self.dotted = dotted
+        self.slashed = slashed
 
     def permits(self, key: str) -> bool:
         return any(p.search(key) for p in (self.slashed if "/" in key else self.dotted))

@@ -12,14 +12,17 @@ from __future__ import annotations
 
 import errno
 import os
-from dataclasses import dataclass
-from types import TracebackType
-from typing import Any
 
 from common.errors import KERNEL_FAILURE, CniError, invalid_config
+from common.values import Value
 from tuning.backup import Backup, originals
 from tuning.config import LinkSettings
 from tuning.plan import LinkState, Plan, SysctlWrite
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from types import TracebackType
+    from typing import Any
 
 PROC_SYS = "/proc/sys"
 IFF_PROMISC = 0x100
@@ -112,12 +115,17 @@ def read_sysctls(
 # ---------------------------------------------------------------------------- links
 
 
-@dataclass(frozen=True)
-class Observed:
+class Observed(Value):
     """The live state of what a plan changes, read before changing anything."""
+
+    __slots__ = ("link", "sysctls")
 
     link: LinkState | None
     sysctls: dict[str, str | None]
+
+    def __init__(self, link: LinkState | None, sysctls: dict[str, str | None]) -> None:
+        self.link = link
+        self.sysctls = sysctls
 
 
 def preload_links() -> None:
@@ -126,7 +134,7 @@ def preload_links() -> None:
     of the node waits for that lock."""
     from common.rtnl import pyroute2
 
-    pyroute2()
+    pyroute2(tc=False)
 
 
 class Links:
@@ -153,7 +161,7 @@ class Links:
         if self._rtnl is None:
             from common.rtnl import RtnlSocket
 
-            self._rtnl = RtnlSocket()
+            self._rtnl = RtnlSocket(tc=False)
         return self._rtnl
 
     def observe(self, ifname: str) -> LinkState | None:

@@ -9,17 +9,18 @@ this one, and the other way round for the link attributes.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from typing import Any
 
 from common.errors import INVALID_CONFIG
 from common.state import StateDir, safe_file_name
+from common.values import Value
 from tuning.plan import LinkState, Plan
 
 TYPE_CHECKING = False  # avoids importing typing at runtime
 if TYPE_CHECKING:
+    from collections.abc import Iterator, Mapping
+    from typing import Any
+
     from common.gc import AttachmentId
 
 LOCK_NAME = "tuning.lock"
@@ -28,20 +29,53 @@ LOCK_NAME = "tuning.lock"
 MAX_FILE_NAME = 255 - len(".tmp.4194304")
 
 
-@dataclass
-class Backup:
+class Backup(Value):
     """Original values; None (or absent from `sysctls`) means "not changed by us"."""
 
-    mac: str | None = None
-    mtu: int | None = None
-    promisc: bool | None = None
-    allmulti: bool | None = None
-    tx_qlen: int | None = None
+    __slots__ = (
+        "allmulti",
+        "container_id",
+        "ifname",
+        "mac",
+        "mtu",
+        "network",
+        "promisc",
+        "sysctls",
+        "tx_qlen",
+    )
+
+    mac: str | None
+    mtu: int | None
+    promisc: bool | None
+    allmulti: bool | None
+    tx_qlen: int | None
     # (path below /proc/sys, original value), in the order they were first changed
-    sysctls: list[tuple[str, str]] = field(default_factory=list)
-    network: str = ""
-    container_id: str = ""
-    ifname: str = ""
+    sysctls: list[tuple[str, str]]
+    network: str
+    container_id: str
+    ifname: str
+
+    def __init__(
+        self,
+        mac: str | None = None,
+        mtu: int | None = None,
+        promisc: bool | None = None,
+        allmulti: bool | None = None,
+        tx_qlen: int | None = None,
+        sysctls: list[tuple[str, str]] | None = None,
+        network: str = "",
+        container_id: str = "",
+        ifname: str = "",
+    ) -> None:
+        self.mac = mac
+        self.mtu = mtu
+        self.promisc = promisc
+        self.allmulti = allmulti
+        self.tx_qlen = tx_qlen
+        self.sysctls = [] if sysctls is None else sysctls
+        self.network = network
+        self.container_id = container_id
+        self.ifname = ifname
 
     @property
     def has_link(self) -> bool:

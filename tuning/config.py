@@ -13,16 +13,19 @@ the container's namespace is touched.
 
 from __future__ import annotations
 
-import json
 import os
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any
 
+from common import jsontext as json
 from common.config import NetConf
 from common.env import Invocation
 from common.errors import invalid_config
 from common.jsonobj import JsonObject, ci_get
+from common.values import Value
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from typing import Any
 
 DEFAULT_DATA_DIR = "/run/cni/tuning"
 STATE_ROOT_ENV = "CNI_META_STATE_ROOT"  # when set, the default dataDir is <root>/tuning
@@ -37,22 +40,43 @@ _HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
 MAC_EXAMPLE = "six hex bytes like 02:42:ac:11:00:02"
 
 
-@dataclass(frozen=True)
-class Sysctl:
+class Sysctl(Value):
+    __slots__ = ("components", "key", "value")
+
     key: str  # exactly as written, for messages and the allowlist
     components: tuple[str, ...]  # of its path below /proc/sys; "IFNAME" still a placeholder
     value: str
 
+    def __init__(self, key: str, components: tuple[str, ...], value: str) -> None:
+        self.key = key
+        self.components = components
+        self.value = value
 
-@dataclass(frozen=True)
-class LinkSettings:
+
+class LinkSettings(Value):
     """Interface attributes to set; None means "leave it alone"."""
 
-    mac: str | None = None  # normalised: lower case, colon separated
-    mtu: int | None = None
-    promisc: bool | None = None
-    allmulti: bool | None = None
-    tx_qlen: int | None = None
+    __slots__ = ("allmulti", "mac", "mtu", "promisc", "tx_qlen")
+
+    mac: str | None  # normalised: lower case, colon separated
+    mtu: int | None
+    promisc: bool | None
+    allmulti: bool | None
+    tx_qlen: int | None
+
+    def __init__(
+        self,
+        mac: str | None = None,
+        mtu: int | None = None,
+        promisc: bool | None = None,
+        allmulti: bool | None = None,
+        tx_qlen: int | None = None,
+    ) -> None:
+        self.mac = mac
+        self.mtu = mtu
+        self.promisc = promisc
+        self.allmulti = allmulti
+        self.tx_qlen = tx_qlen
 
     @property
     def empty(self) -> bool:
@@ -61,12 +85,21 @@ class LinkSettings:
         )
 
 
-@dataclass(frozen=True)
-class TuningConf:
+class TuningConf(Value):
+    __slots__ = ("allowlist_path", "data_dir", "link", "sysctls")
+
     sysctls: tuple[Sysctl, ...]
     link: LinkSettings
     data_dir: str
     allowlist_path: str
+
+    def __init__(
+        self, sysctls: tuple[Sysctl, ...], link: LinkSettings, data_dir: str, allowlist_path: str
+    ) -> None:
+        self.sysctls = sysctls
+        self.link = link
+        self.data_dir = data_dir
+        self.allowlist_path = allowlist_path
 
 
 # ---------------------------------------------------------------------------- MAC addresses
@@ -175,7 +208,7 @@ def _sysctl_map(obj: JsonObject | None, duplicates: list[str]) -> dict[tuple[str
 # ---------------------------------------------------------------------------- duplicates
 
 
-class _PairsDict(dict[str, Any]):
+class _PairsDict(dict[str, "Any"]):  # a string: `typing` is not imported at run time
     """A decoded JSON object that remembers which of its keys appeared more than once."""
 
     duplicates: list[str]

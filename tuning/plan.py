@@ -5,36 +5,51 @@ Pure data and functions: the kernel is read and written by tuning.apply only.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
-
 from common.result import Result
+from common.values import Value
 from tuning.config import LinkSettings, TuningConf
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 IFNAME = "IFNAME"  # the placeholder a key uses for CNI_IFNAME
 
 
-@dataclass(frozen=True)
-class SysctlWrite:
+class SysctlWrite(Value):
+    __slots__ = ("key", "path", "value")
+
     key: str  # as configured, e.g. net.ipv4.conf.IFNAME.accept_redirects
     path: str  # relative to /proc/sys, e.g. net/ipv4/conf/eth0/accept_redirects
     value: str
 
+    def __init__(self, key: str, path: str, value: str) -> None:
+        self.key = key
+        self.path = path
+        self.value = value
 
-@dataclass(frozen=True)
-class Plan:
+
+class Plan(Value):
+    __slots__ = ("ifname", "link", "sysctls")
+
     ifname: str
     sysctls: tuple[SysctlWrite, ...]
     link: LinkSettings
+
+    def __init__(self, ifname: str, sysctls: tuple[SysctlWrite, ...], link: LinkSettings) -> None:
+        self.ifname = ifname
+        self.sysctls = sysctls
+        self.link = link
 
     @property
     def empty(self) -> bool:
         return not self.sysctls and self.link.empty
 
 
-@dataclass(frozen=True)
-class LinkState:
+class LinkState(Value):
     """The attributes of the container interface that tuning can change, as observed."""
+
+    __slots__ = ("allmulti", "index", "mac", "max_mtu", "min_mtu", "mtu", "promisc", "tx_qlen")
 
     index: int
     mac: str
@@ -42,8 +57,28 @@ class LinkState:
     promisc: bool
     allmulti: bool
     tx_qlen: int
-    min_mtu: int | None = None
-    max_mtu: int | None = None
+    min_mtu: int | None
+    max_mtu: int | None
+
+    def __init__(
+        self,
+        index: int,
+        mac: str,
+        mtu: int,
+        promisc: bool,
+        allmulti: bool,
+        tx_qlen: int,
+        min_mtu: int | None = None,
+        max_mtu: int | None = None,
+    ) -> None:
+        self.index = index
+        self.mac = mac
+        self.mtu = mtu
+        self.promisc = promisc
+        self.allmulti = allmulti
+        self.tx_qlen = tx_qlen
+        self.min_mtu = min_mtu
+        self.max_mtu = max_mtu
 
 
 def sysctl_path(components: tuple[str, ...], ifname: str) -> str:

@@ -1,0 +1,135 @@
+"""JSON text in and out, as `json.loads` / `json.dumps` with their default settings, without
+importing the `json` package.
+
+`import json` costs ~9 ms of every plugin start: json.decoder and json.scanner compile
+regular expressions when they are imported (pulling in `re`, `enum`, `functools`,
+`collections`), although the C scanner and encoder of CPython's `_json`, which do the
+actual work, never use them. This module drives that same C scanner and encoder, so the
+results are the ones `json` gives. Malformed input is still a `json.JSONDecodeError` (a
+ValueError) with json's message: only then is `json` imported, to make it.
+"""
+
+from __future__ import annotations
+
+import _json
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
+    PairsHook = Callable[[list[tuple[str, Any]]], Any]
+
+_WHITESPACE = " \t\n\r"
+
+
+def _constant(name: str) -> float:
+    return {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}[name]
+
+
+class _ScannerSettings:
+    """The attributes `_json.make_scanner` reads from a json.JSONDecoder."""
+
+    __slots__ = (
+        "object_hook",
+        "object_pairs_hook",
+        "parse_constant",
+        "parse_float",
+        "parse_int",
+        "strict",
+    )
+
+    def __init__(self, object_pairs_hook: PairsHook | None) -> None:
+        self.strict = True
+        self.object_hook = None
+        self.object_pairs_hook = object_pairs_hook
+        self.parse_float = float
+        self.parse_int = int
+        self.parse_constant = _constant
+
+
+_scanners: dict[object, Any] = {}
+
+
+def _error(message: str, text: str, position: int) -> ValueError:
+    from json import JSONDecodeError
+
+    return JSONDecodeError(message, text, position)
+
+
+def _encoding_of(data: bytes) -> str:
+    """The encoding json.loads assumes for bytes (RFC 8259 allows UTF-8, -16 and -32)."""
+    if data.startswith((b"\x00\x00\xfe\xff", b"\xff\xfe\x00\x00")):
+        return "utf-32"
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return "utf-16"
+    if data.startswith(b"\xef\xbb\xbf"):
+        return "utf-8-sig"
+    if len(data) >= 4:
+        if not data[0]:
+            return "utf-16-be" if data[1] else "utf-32-be"
+        if not data[1]:
+            return "utf-16-le" if data[2] or data[3] else "utf-32-le"
+    elif len(data) == 2:
+        if not data[0]:
+            return "utf-16-be"
+        if not data[1]:
+            return "utf-16-le"
+    return "utf-8"
+
+
+def loads(data: str | bytes, object_pairs_hook: PairsHook | None = None) -> Any:
+    """json.loads(data, object_pairs_hook=...)."""
+    if isinstance(data, (bytes, bytearray)):
+        text = bytes(data).decode(_encoding_of(bytes(data)), "surrogatepass")
+    elif isinstance(data, str):
+        text = data
+        if text.startswith("\ufeff"):
+            raise _error("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+    else:
+        raise TypeError(
+            f"the JSON object must be str, bytes or bytearray, not {type(data).__name__}"
+        )
+    scanner = _scanners.get(object_pairs_hook)
+    if scanner is None:
+        scanner = _json.make_scanner(_ScannerSettings(object_pairs_hook))  # type: ignore[arg-type]
+        _scanners[object_pairs_hook] = scanner
+    end = len(text)
+    start = 0
+    while start < end and text[start] in _WHITESPACE:
+        start += 1
+    try:
+        value, stop = scanner(text, start)
+    except StopIteration as e:
+        raise _error("Expecting value", text, e.value) from None
+    except SystemError:
+        # `_json` reports malformed input inside a value as json.decoder.JSONDecodeError,
+        # which it can only make once json.decoder is imported: let json say what is wrong.
+        import json
+
+        return json.loads(data, object_pairs_hook=object_pairs_hook)
+    while stop < end and text[stop] in _WHITESPACE:
+        stop += 1
+    if stop != end:
+        raise _error("Extra data", text, stop)
+    return value
+
+
+def _not_serializable(value: object) -> None:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def dumps(value: Any, *, sort_keys: bool = False) -> str:
+    """json.dumps(value, sort_keys=...)."""
+    encode = _json.make_encoder(
+        {},  # markers: refuse circular references, as json.dumps does
+        _not_serializable,
+        _json.encode_basestring_ascii,
+        None,  # indent
+        ": ",
+        ", ",
+        sort_keys,
+        False,  # skipkeys
+        True,  # allow_nan
+    )
+    return "".join(encode(value, 0))

@@ -1,0 +1,304 @@
+"""What each plugin verb imports: the start-up cost of every container start, guarded
+without a clock.
+
+Each verb runs in a fresh `python -IS -X importtime` process started the way
+deploy/install.sh's launcher starts it (our packages and the venv's site-packages on
+sys.path, no site.py, helper off), and that process writes sorted(sys.modules) when it
+exits. A verb fails here when our code imports a module known to be heavy (5-15 ms each
+on a 2-core node, or a whole subsystem it has no use for), or when it imports more modules
+than its recorded budget (counted beyond what the bare launcher has). A new import on a
+call path is then a conscious decision: raise the budget below in the same commit, saying
+why.
+
+pyroute2 (netlink) and python-iptables (`iptc`, the iptables backend) import some of the
+heavy ones themselves (`pyroute2.netlink` imports typing, logging, threading and
+traceback; `pyroute2.config` multiprocessing, platform and re; `tcmsg`'s classifiers
+dataclasses and inspect; iptc subprocess, re and sysconfig). Those are tolerated where
+`-X importtime` shows one of these libraries importing them first, and counted in the
+budget; the same module imported first by our code fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import Lab
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+# Never on a plugin's call path: each costs milliseconds to import or drags in a
+# subsystem a plugin does not use (OpenSSL, threads, the compiler's AST, ...).
+HEAVY = (
+    "dataclasses",
+    "typing",
+    "inspect",
+    "enum",
+    "re",
+    "argparse",
+    "ast",
+    "asyncio",
+    "unittest",
+    "multiprocessing",
+    "hashlib",
+    "_hashlib",
+    "ssl",
+    "subprocess",
+    "threading",
+    "logging",
+    "email",
+    "http",
+    "urllib",
+    "tokenize",
+    "dis",
+    "importlib.metadata",
+    "pkg_resources",
+)
+
+# The libraries the plugins are built on: heavy modules they import themselves are theirs.
+# ctypes.util counts as python-iptables': iptc finds its C libraries with it, and
+# portmap.iptables.import_iptc imports it first to spare that search.
+LIBRARIES = ("pyroute2", "iptc", "ctypes.util")
+
+# A verb loads the netlink messages it sends and the firewall library of the backend in
+# use, nothing more.
+NOT_FOR = {
+    "tuning": ("pyroute2.netlink.rtnl.tcmsg", "nftables", "iptc"),
+    "portmap-nftables": ("iptc", "pyroute2"),
+    "portmap-iptables": ("nftables", "pyroute2"),
+    "bandwidth": ("nftables", "iptc"),
+}
+
+# Modules imported beyond the bare launcher's, per plugin and verb (Python 3.11, pyroute2
+# 0.9.7, python-iptables 1.0). Raise one only for an import the verb really needs. Where
+# the counts go: VERSION is the plugin, common.fastpath, skel, jsontext, versions and
+# errors (not even os); portmap with nftables adds its own modules, os, ipaddress, ctypes
+# (libnftables) and contextlib;
+# iptables adds python-iptables (~55 modules: ctypes.util, subprocess, sysconfig, re,
+# distutils); tuning adds pyroute2's link messages (~70 with what pyroute2 imports:
+# typing, logging, threading, multiprocessing, platform, re); bandwidth adds tcmsg and
+# its qdisc and classifier modules on top (~55 more, dataclasses and inspect among them).
+BUDGET = {
+    ("portmap", "VERSION"): 11,
+    ("bandwidth", "VERSION"): 11,
+    ("tuning", "VERSION"): 11,
+    ("portmap-nftables", "ADD"): 54,
+    ("portmap-nftables", "CHECK"): 54,
+    ("portmap-nftables", "DEL"): 53,
+    ("portmap-iptables", "ADD"): 108,
+    ("portmap-iptables", "CHECK"): 108,
+    ("portmap-iptables", "DEL"): 108,
+    ("bandwidth", "ADD"): 180,
+    ("bandwidth", "CHECK"): 179,
+    ("bandwidth", "DEL"): 177,
+    ("tuning", "ADD"): 123,
+    ("tuning", "CHECK"): 123,
+    ("tuning", "DEL"): 123,
+}
+
+# deploy/install.sh's launcher, run as `python -IS -X importtime LAUNCHER` (a shebang
+# passes at most one argument to the interpreter).
+LAUNCHER = """\
+import sys
+sys.path[:0] = {paths!r}
+def _dump_modules():
+    with open({out!r}, "w") as f:
+        f.write("\\n".join(sorted(sys.modules)))
+import atexit
+atexit.register(_dump_modules)
+{body}
+"""
+
+
+def launcher(tmp: Path, plugin: str, out: Path) -> Path:
+    """A launcher like deploy/install.sh's, that also dumps sys.modules at exit."""
+    body = f"from {plugin}.__main__ import main\nmain()" if plugin else "pass"
+    paths = [str(REPO), sysconfig.get_paths()["purelib"]]
+    exe = tmp / f"probe-{plugin or 'bare'}"
+    exe.write_text(LAUNCHER.format(paths=paths, out=str(out), body=body))
+    return exe
+
+
+class Imports:
+    """What one process imported, and which module first imported each."""
+
+    def __init__(self, modules: list[str], importtime: str) -> None:
+        self.modules = modules
+        self.importer: dict[str, list[str]] = {}  # module -> the chain of its importers
+        # -X importtime prints a module after the modules it imported, indented two more
+        # spaces per level: a module's importers are the next lines with less indentation.
+        rows = []
+        for line in importtime.splitlines():
+            if line.startswith("import time:") and "[us]" not in line:
+                name = line.rsplit("|", 1)[1]
+                rows.append((len(name) - len(name.lstrip()), name.strip()))
+        for i, (depth, name) in enumerate(rows):
+            chain, level = [], depth
+            for d, parent in rows[i + 1 :]:
+                if d < level:
+                    chain.append(parent)
+                    level = d
+                    if d <= 1:
+                        break
+            self.importer[name] = chain
+
+    def first_imported_by_a_library(self, module: str) -> bool:
+        return any(m.startswith(LIBRARIES) for m in self.importer.get(module, []))
+
+
+def imported(
+    tmp: Path,
+    plugin: str,
+    command: str,
+    conf: dict[str, Any] | None = None,
+    *,
+    netns: str = "",
+    host: str = "",
+    env: dict[str, str] | None = None,
+) -> Imports:
+    """Run one verb in a fresh process; the modules it had imported when it exited."""
+    out = tmp / f"modules-{plugin}-{command}.txt"
+    exe = launcher(tmp, plugin, out)
+    full = {
+        "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
+        "CNI_COMMAND": command,
+        "CNI_CONTAINERID": "ctr-imports",
+        "CNI_IFNAME": "eth0",
+        "CNI_NETNS": netns,
+        "CNI_PATH": "/usr/lib/cni",
+        "CNI_META_HELPER": "off",
+        **(env or {}),
+    }
+    python = [sys.executable, "-IS", "-X", "importtime", str(exe)]
+    argv = ["ip", "netns", "exec", host, *python] if host else python
+    data = json.dumps(conf or {"cniVersion": "1.0.0"}).encode()
+    proc = subprocess.run(argv, input=data, env=full, capture_output=True, check=False)
+    assert proc.returncode == 0, f"{plugin} {command} failed: {proc.stdout!r} {proc.stderr!r}"
+    return Imports(out.read_text().split(), proc.stderr.decode(errors="replace"))
+
+
+@pytest.fixture(scope="module")
+def bare(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
+    """What the launcher itself imports (interpreter start, sys.path, atexit)."""
+    tmp = tmp_path_factory.mktemp("bare")
+    return set(imported(tmp, "", "VERSION").modules)
+
+
+def problems_of(found: Imports, bare: set[str], command: str, kind: str) -> list[str]:
+    modules = found.modules
+    heavy = [m for m in modules if m in HEAVY and not found.first_imported_by_a_library(m)]
+    wrong = [m for m in modules for p in NOT_FOR.get(kind, ()) if m == p or m.startswith(p + ".")]
+    extra = sorted(set(modules) - bare)
+    budget = BUDGET[(kind, command)]
+    problems = []
+    if heavy:
+        problems.append(f"heavy modules imported: {heavy}")
+    if wrong:
+        problems.append(f"modules this verb does not use: {wrong}")
+    if len(extra) > budget:
+        problems.append(f"{len(extra)} modules imported beyond the launcher's, budget {budget}")
+    if problems:
+        problems.append(f"imported: {extra}")
+    return problems
+
+
+@pytest.mark.parametrize("plugin", ["portmap", "bandwidth", "tuning"])
+def test_version_imports_almost_nothing(tmp_path: Path, bare: set[str], plugin: str) -> None:
+    problems = problems_of(imported(tmp_path, plugin, "VERSION"), bare, "VERSION", plugin)
+    assert not problems, f"{plugin} VERSION: " + "\n".join(problems)
+
+
+# ---------------------------------------------------------------------------- ADD/CHECK/DEL
+
+
+def veth(lab: Lab) -> str:
+    """A veth pair with addresses: host end in lab.host, eth0 in the container."""
+    host_end = "vh" + lab.ctr.name[-8:]
+    lab.host.ip(
+        "link", "add", host_end, "type", "veth", "peer", "name", "eth0", "netns", lab.ctr.name
+    )
+    lab.host.ip("addr", "add", "10.99.0.1/24", "dev", host_end)
+    lab.host.ip("link", "set", host_end, "up")
+    lab.ctr.ip("addr", "add", "10.99.0.2/24", "dev", "eth0")
+    lab.ctr.ip("link", "set", "eth0", "up")
+    return host_end
+
+
+def conf(lab: Lab, host_end: str, plugin: str, **keys: Any) -> dict[str, Any]:
+    prev = {
+        "cniVersion": "1.0.0",
+        "interfaces": [
+            {"name": host_end, "mac": "aa:bb:cc:00:00:01"},
+            {"name": "eth0", "mac": "aa:bb:cc:00:00:02", "sandbox": lab.ctr.path},
+        ],
+        "ips": [{"address": "10.99.0.2/24", "gateway": "10.99.0.1", "interface": 1}],
+    }
+    return {"cniVersion": "1.0.0", "name": "importnet", "type": plugin, "prevResult": prev, **keys}
+
+
+CASES = {
+    "portmap-nftables": (
+        "portmap",
+        {
+            "backend": "nftables",
+            "runtimeConfig": {
+                "portMappings": [{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}]
+            },
+        },
+    ),
+    "portmap-iptables": (
+        "portmap",
+        {
+            "backend": "iptables",
+            "runtimeConfig": {
+                "portMappings": [{"hostPort": 8080, "containerPort": 80, "protocol": "udp"}]
+            },
+        },
+    ),
+    "bandwidth": (
+        "bandwidth",
+        {
+            "runtimeConfig": {
+                "bandwidth": {
+                    "ingressRate": 8_000_000,
+                    "ingressBurst": 80_000,
+                    "egressRate": 8_000_000,
+                    "egressBurst": 80_000,
+                }
+            }
+        },
+    ),
+    "tuning": (
+        "tuning",
+        {"mac": "02:42:0a:59:00:07", "mtu": 1400, "sysctl": {"net.core.somaxconn": "1000"}},
+    ),
+}
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("kind", sorted(CASES))
+def test_add_check_del_import_only_what_they_use(
+    lab: Lab, tmp_path: Path, bare: set[str], kind: str
+) -> None:
+    plugin, keys = CASES[kind]
+    host_end = veth(lab)
+    config = conf(lab, host_end, plugin, **keys)
+    run = dict(netns=lab.ctr.path, host=lab.host.name, env=lab.env)
+    found = {}
+    for command in ("ADD", "CHECK", "DEL"):
+        found[command] = imported(tmp_path, plugin, command, config, **run)  # type: ignore[arg-type]
+    # All three verbs ran (DEL cleaned up) before any is judged.
+    problems = [
+        f"{kind} {command}: {problem}"
+        for command, imports in found.items()
+        for problem in problems_of(imports, bare, command, kind)
+    ]
+    assert not problems, "\n".join(problems)
