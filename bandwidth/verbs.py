@@ -31,7 +31,7 @@ from common.errors import (
     CniError,
     invalid_config,
 )
-from common.gc import AttachmentId, valid_attachments
+from common.gc import AttachmentId, stamps, valid_attachments, written_since
 from common.netns import exists
 from common.result import Interface, Result
 from common.skel import Request
@@ -155,6 +155,9 @@ def add(request: Request) -> Result | None:
                 _undo(sock, device, new, request)
                 states.remove(new.file)
                 raise
+            # Rewritten once done: a GC that started meanwhile sees a new file and leaves
+            # this attachment to the next GC (see common/gc.py).
+            states.write_json(new.file, new.to_json())
             done = ", ".join(type(a).__name__ for a in result.actions) or "nothing to change"
             request.log.info(f"shaping on {where.placement.mode} device {device.name}: {done}")
         ifb_link = sock.link(ifb) if where.plan.ifb is not None else None
@@ -260,9 +263,16 @@ def gc(request: Request) -> None:
     valid = valid_attachments(request.conf.body)
     network = request.network
     states = record.state_dir()
+    before = stamps(states.directory)
     with states.lock(), tc.rtnl() as host:
+        in_flight = written_since(states.directory, before)
         for rec in record.all_records(states):
-            if rec.network != network or AttachmentId(rec.container_id, rec.ifname) in valid:
+            att = AttachmentId(rec.container_id, rec.ifname)
+            if rec.network != network or att in valid:
+                continue
+            if rec.file in in_flight:
+                valid.add(att)  # its ifb too, below
+                request.log.info(f"gc: kept {rec.container_id}/{rec.ifname}: its ADD was running")
                 continue
             alias = ifb_alias(rec.network, rec.container_id, rec.ifname)
             _teardown(host, rec, "", rec.ifname, ifb=rec.ifb, alias=alias)

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import os
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from common.errors import STATUS_UNAVAILABLE, CniError
 from common.log import Log
 from common.state import StateDir
 from portmap.config import Attachment, Options
 from portmap.plan import Plan
+
+if TYPE_CHECKING:
+    from common.gc import Stamps
 
 UdpTargets = list[tuple[int, str | None, int]]  # (family, host address or None, port)
 
@@ -23,7 +26,7 @@ class Backend(Protocol):
 
     def check(self, plan: Plan) -> None: ...
 
-    def gc(self, network_tag: str, valid_tags: set[str]) -> UdpTargets: ...
+    def gc(self, network_tag: str, valid_tags: set[str], before: Stamps) -> UdpTargets: ...
 
     def status(self) -> None: ...
 

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache, partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from common.digest import sha512_hex
 from common.errors import (
@@ -50,6 +50,9 @@ from portmap import state
 from portmap.backend import UdpTargets
 from portmap.config import PROTOCOL_NAMES, Attachment
 from portmap.plan import MASQ_ALL, MASQ_NONE, FamilyPlan, Forward, Plan
+
+if TYPE_CHECKING:
+    from common.gc import Stamps
 
 NAME = "iptables"
 TOP = "CNI-HOSTPORT-DNAT"
@@ -636,6 +639,9 @@ class IptablesBackend:
                     work = partial(self._add_family, fp, plan)
                     in_family_process(fp.family, work, isolate=bool(done))
                     done.append(fp.family)
+                # Rewritten once done: a GC that started meanwhile sees a new file and
+                # leaves this attachment to the next GC (see common/gc.py).
+                state.write(self.sd, att, NAME, [[fp.family, name] for fp in plan.families])
             except CniError:
                 for family in done:  # undo the family already committed
                     in_family_process(family, partial(self._delete_family, family, name))
@@ -705,9 +711,10 @@ class IptablesBackend:
             )
         return problems
 
-    def gc(self, network_tag: str, valid_tags: set[str]) -> UdpTargets:
+    def gc(self, network_tag: str, valid_tags: set[str], before: Stamps) -> UdpTargets:
         targets: UdpTargets = []
         with self._locked():
+            valid_tags = valid_tags | state.in_flight_tags(self.sd, before)
             for family in (6, 4):
                 udp = in_family_process(
                     family, partial(self._gc_family, family, network_tag, valid_tags)

@@ -42,7 +42,7 @@ import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from common.digest import sha256_hex
 from common.errors import CHECK_FAILED, CONFLICT, KERNEL_FAILURE, STATUS_UNAVAILABLE, CniError
@@ -51,6 +51,9 @@ from common.state import StateDir
 from portmap import state
 from portmap.config import PROTOCOL_NAMES, Attachment
 from portmap.plan import ANY, MASQ_ALL, MASQ_NONE, MASQ_SUBNET, FamilyPlan, Plan
+
+if TYPE_CHECKING:
+    from common.gc import Stamps
 
 NAME = "nftables"
 TABLE = "cni_meta_portmap"
@@ -678,8 +681,11 @@ class NftBackend:
 
     # -- GC / STATUS ---------------------------------------------------------------------
 
-    def gc(self, network_tag: str, valid_tags: set[str]) -> list[tuple[int, str | None, int]]:
+    def gc(
+        self, network_tag: str, valid_tags: set[str], before: Stamps
+    ) -> list[tuple[int, str | None, int]]:
         with self.sd.lock(LOCK):
+            valid_tags = valid_tags | state.in_flight_tags(self.sd, before)
             nft = Nft()
             listing = [(e, tag_of(c)) for e, c in nft.listing() if c]
             doomed = sorted(

@@ -143,7 +143,12 @@ def failed_with(run: PluginRun, code: int, what: str) -> dict[str, Any]:
 def inv(
     lab: Lab, plugin: str, command: str, m: Member, valid: list[Member] | None = None
 ) -> ch.Invocation:
-    body = ch.gc_conf(plugin, valid or []) if command == "GC" else None
+    """`plugin` may name portmap's backend too: `portmap/iptables`."""
+    plugin, _, backend = plugin.partition("/")
+    if command == "GC":
+        body = ch.gc_conf(plugin, valid or [], backend=backend or None)
+    else:
+        body = ch.conf(plugin, m, backend=backend or None)
     return ch.invocation(plugin, command, m, lab.host, lab.env, body)
 
 
@@ -363,3 +368,54 @@ def test_check_after_the_device_went_is_102(lab: Lab, plugin: str) -> None:
         lab.host.ip("link", "del", m.host_veth)
         failed_with(call(lab, plugin, "CHECK", m), 102, "CHECK")
         ok(call(lab, plugin, "DEL", m), "DEL after the device went")
+
+
+# ---------------------------------------------------------------------------- GC vs. ADD in flight
+
+# Where the ADD stops, and whether GC then waits for the ADD's lock.
+ADD_STOPS = [
+    pytest.param("common.state:flock_with_deadline@1", False, id="before-its-lock"),
+    pytest.param("common.state:StateDir.write_json@1+", True, id="holding-its-lock"),
+]
+
+
+@pytest.mark.parametrize(("stop_at", "gc_waits"), ADD_STOPS)
+@pytest.mark.parametrize("which", [*ch.PLUGINS, "portmap/iptables"])
+def test_gc_spares_an_add_in_flight_and_collects_it_next_time(
+    lab: Lab, which: str, stop_at: str, gc_waits: bool
+) -> None:
+    """A runtime lists the attachments it knows; one whose ADD has not returned yet is not
+    among them. GC must not undo that ADD (the container would start without its port
+    mappings, shaping or settings) but still removes what is really stale; the next GC,
+    whose list was made after the ADD, is the one that may collect it."""
+    plugin = which.partition("/")[0]
+    with fleet(lab.host, 2) as f, calls() as running:
+        stale, flying = f.members
+        ok(call(lab, which, "ADD", stale), "ADD of the stale attachment")
+        add = Call(inv(lab, which, "ADD", flying), plugin, stop_at)
+        running.append(add)
+        add.stopped()
+        gc = Call(inv(lab, which, "GC", flying, valid=[]))
+        running.append(gc)
+        if gc_waits:
+            gc.waiting_for_lock()
+            ok(add.resume().result(), "ADD in flight")
+            ok(gc.result(), "GC")
+        else:
+            ok(gc.result(), "GC")
+            ok(add.resume().result(), "ADD in flight")
+
+        assert not owned(lab, plugin, stale)
+        if plugin != "tuning":  # (tuning's GC forgets backups; it never enters a netns)
+            assert not in_effect(lab, plugin, stale)
+        assert owned(lab, plugin, flying)
+        assert in_effect(lab, plugin, flying)
+        ok(call(lab, which, "CHECK", flying), "CHECK of the ADD GC ran beside")
+
+        ok(call(lab, which, "GC", flying, valid=[]), "the next GC")
+        assert not owned(lab, plugin, flying)
+        if plugin != "tuning":
+            assert not in_effect(lab, plugin, flying)
+        for m in (stale, flying):
+            ok(call(lab, which, "DEL", m), "DEL after GC")
+        assert state_owners(lab, plugin) == []
