@@ -23,12 +23,13 @@ from bandwidth.plan import (
 from bandwidth.record import Record
 from common.errors import (
     CHECK_FAILED,
+    INVALID_CONFIG,
     INVALID_NETNS,
     STATUS_UNAVAILABLE,
     CniError,
     invalid_config,
 )
-from common.gc import AttachmentId, valid_attachments
+from common.gc import AttachmentId, stamps, valid_attachments, written_since
 from common.netns import exists
 from common.result import Interface, Result
 from common.skel import Request
@@ -36,6 +37,7 @@ from common.values import Value
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from bandwidth.model import Observed
     from bandwidth.tc import Rtnl
 
 
@@ -49,16 +51,27 @@ def _prev_result(request: Request) -> Result:
     return prev
 
 
-def _placement(request: Request, prev: Result, ctr: Rtnl, host: Rtnl) -> Placement:
+def _placement(request: Request, prev: Result, ctr: Rtnl, host: Rtnl, gone: int) -> Placement:
+    """`gone`: the code when the interface is not there; for ADD a config error (nothing
+    to shape yet), for CHECK a finding (what was shaped went away, e.g. with its netns)."""
     container_if = ctr.link(request.ifname)
     if container_if is None:
-        raise invalid_config(
+        raise CniError(
+            gone,
             f"container interface {request.ifname} not found in {request.netns}",
-            "bandwidth must run after the plugin that creates the interface",
+            "bandwidth must run after the plugin that creates the interface"
+            if gone == INVALID_CONFIG
+            else "it is gone (deleted, or its netns was); the runtime should DEL it",
         )
     peer = None
     if container_if.kind == "veth" and container_if.peer_index:
         peer = host.link_by_index(container_if.peer_index)
+        if peer is None and gone != INVALID_CONFIG:
+            raise CniError(
+                gone,
+                f"the host side of veth {request.ifname} is gone",
+                "the kernel destroys the pair when either end goes; the runtime should DEL it",
+            )
     return locate(container_if, peer, prev, request.ifname)
 
 
@@ -77,7 +90,9 @@ class Located(Value):
         self.sock = sock
 
 
-def _locate_and_plan(request: Request, cfg: config.BandwidthConfig, stack: ExitStack) -> Located:
+def _locate_and_plan(
+    request: Request, cfg: config.BandwidthConfig, stack: ExitStack, gone: int = INVALID_CONFIG
+) -> Located:
     """Open the sockets, find where to shape, build the plan: shared by ADD and CHECK."""
     from bandwidth import tc
 
@@ -85,7 +100,7 @@ def _locate_and_plan(request: Request, cfg: config.BandwidthConfig, stack: ExitS
     psched = tc.read_psched()
     ctr = stack.enter_context(tc.rtnl(request.netns))
     host = stack.enter_context(tc.rtnl())
-    placement = _placement(request, prev, ctr, host)
+    placement = _placement(request, prev, ctr, host, gone)
     plan = build(
         cfg,
         placement,
@@ -148,6 +163,9 @@ def add(request: Request) -> Result | None:
                 if _undo(sock, device, new, request):
                     states.remove(new.file)
                 raise
+            # Rewritten once done: a GC that started meanwhile sees a new file and leaves
+            # this attachment to the next GC (see common/gc.py).
+            states.write_json(new.file, new.to_json())
             done = ", ".join(type(a).__name__ for a in result.actions) or "nothing to change"
             request.log.info(f"shaping on {where.placement.mode} device {device.name}: {done}")
         ifb_link = sock.link(ifb) if where.plan.ifb is not None else None
@@ -256,9 +274,16 @@ def gc(request: Request) -> None:
     valid = valid_attachments(request.conf.body)
     network = request.network
     states = record.state_dir()
+    before = stamps(states.directory)
     with states.lock(), tc.rtnl() as host:
+        in_flight = written_since(states.directory, before)
         for rec in record.all_records(states):
-            if rec.network != network or AttachmentId(rec.container_id, rec.ifname) in valid:
+            att = AttachmentId(rec.container_id, rec.ifname)
+            if rec.network != network or att in valid:
+                continue
+            if rec.file in in_flight:
+                valid.add(att)  # its ifb too, below
+                request.log.info(f"gc: kept {rec.container_id}/{rec.ifname}: its ADD was running")
                 continue
             alias = ifb_alias(rec.network, rec.container_id, rec.ifname)
             _teardown(host, rec, "", rec.ifname, ifb=rec.ifb, alias=alias)
@@ -282,14 +307,30 @@ def check(request: Request) -> None:
         return
     ifb, _ = _names(request)
     with ExitStack() as stack:
-        where = _locate_and_plan(request, cfg, stack)
-        problems = differences(where.plan, where.sock.observe(where.placement.device, ifb))
+        where = _locate_and_plan(request, cfg, stack, gone=CHECK_FAILED)
+        problems = differences(where.plan, _observe_for_check(where, ifb))
     if problems:
         raise CniError(
             CHECK_FAILED,
             f"bandwidth shaping of {request.ifname} differs from the config",
             "; ".join(problems),
         )
+
+
+def _observe_for_check(where: Located, ifb: str) -> Observed:
+    """The device's qdiscs and filters; a device that vanished while being read (the
+    kernel destroys a veth pair after its netns went) is a CHECK finding, not a failure."""
+    device = where.placement.device
+    try:
+        return where.sock.observe(device, ifb)
+    except CniError:
+        if where.sock.link_by_index(device.index) is not None:
+            raise
+    raise CniError(
+        CHECK_FAILED,
+        f"{where.placement.mode} device {device.name} vanished while CHECK read it",
+        "it was deleted (with its netns?); the runtime should DEL the attachment",
+    )
 
 
 def status(request: Request) -> None:

@@ -19,6 +19,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Protocol
 
+    from common.gc import Stamps
+
     class Backend(Protocol):
         name: str
 
@@ -28,7 +30,7 @@ if TYPE_CHECKING:
 
         def check(self, plan: Plan) -> None: ...
 
-        def gc(self, network_tag: str, valid_tags: set[str]) -> UdpTargets: ...
+        def gc(self, network_tag: str, valid_tags: set[str], before: Stamps) -> UdpTargets: ...
 
         def status(self) -> None: ...
 

@@ -54,6 +54,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
     from typing import Any
 
+    from common.gc import Stamps
+
 NAME = "iptables"
 TOP = "CNI-HOSTPORT-DNAT"
 SETMARK = "CNI-HOSTPORT-SETMARK"
@@ -676,6 +678,9 @@ class IptablesBackend:
                     work = partial(self._add_family, fp, plan)
                     in_family_process(fp.family, work, isolate=bool(done))
                     done.append(fp.family)
+                # Rewritten once done: a GC that started meanwhile sees a new file and
+                # leaves this attachment to the next GC (see common/gc.py).
+                state.write(self.sd, att, NAME, [[fp.family, name] for fp in plan.families])
             except CniError:
                 for family in done:  # undo the family already committed
                     in_family_process(family, partial(self._delete_family, family, name))
@@ -745,9 +750,10 @@ class IptablesBackend:
             )
         return problems
 
-    def gc(self, network_tag: str, valid_tags: set[str]) -> UdpTargets:
+    def gc(self, network_tag: str, valid_tags: set[str], before: Stamps) -> UdpTargets:
         targets: UdpTargets = []
         with self._locked():
+            valid_tags = valid_tags | state.in_flight_tags(self.sd, before)
             for family in (6, 4):
                 udp = in_family_process(
                     family, partial(self._gc_family, family, network_tag, valid_tags)

@@ -53,6 +53,8 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
     from typing import Any
 
+    from common.gc import Stamps
+
 NAME = "nftables"
 TABLE = "cni_meta_portmap"
 T = f"inet {TABLE}"
@@ -735,8 +737,11 @@ class NftBackend:
 
     # -- GC / STATUS ---------------------------------------------------------------------
 
-    def gc(self, network_tag: str, valid_tags: set[str]) -> list[tuple[int, str | None, int]]:
+    def gc(
+        self, network_tag: str, valid_tags: set[str], before: Stamps
+    ) -> list[tuple[int, str | None, int]]:
         with self.sd.lock(LOCK):
+            valid_tags = valid_tags | state.in_flight_tags(self.sd, before)
             nft = Nft()
             listing = [(e, tag_of(c)) for e, c in nft.listing() if c]
             doomed = sorted(

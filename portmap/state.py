@@ -16,6 +16,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from common.gc import Stamps
+
 PLUGIN = "portmap"
 
 
@@ -66,6 +68,13 @@ def owner_name(sd: StateDir, tag: str, fallback: str) -> str:
 
 def tags_of_network(sd: StateDir, network_tag: str) -> list[str]:
     return [n[: -len(".json")] for n in sd.names() if n.startswith(network_tag + "-")]
+
+
+def in_flight_tags(sd: StateDir, before: Stamps) -> set[str]:
+    """Tags of the attachments whose ADD was running when GC started (common/gc.py)."""
+    from common.gc import written_since
+
+    return {n[: -len(".json")] for n in written_since(sd.directory, before)}
 
 
 def remove_tag(sd: StateDir, tag: str) -> None:

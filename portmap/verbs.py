@@ -156,10 +156,11 @@ def check(request: Request) -> None:
 
 
 def gc(request: Request) -> None:
-    from common.gc import valid_attachments
+    from common.gc import stamps, valid_attachments
 
     config = cfg.parse(request.conf)
     sd = state.state_dir()
+    before = stamps(sd.directory)  # before any lock: see common/gc.py
     network_tag = cfg.Attachment(request.network, "", "").network_tag
     valid = {
         cfg.Attachment(request.network, a.container_id, a.ifname).tag
@@ -172,7 +173,7 @@ def gc(request: Request) -> None:
             names.add(str(data["backend"]))
     for name in sorted(names):
         backend = backends.make(name, sd, request.log)
-        flush_conntrack(backend.gc(network_tag, valid), request.log)
+        flush_conntrack(backend.gc(network_tag, valid, before), request.log)
 
 
 def status(request: Request) -> None:

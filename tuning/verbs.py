@@ -42,7 +42,8 @@ def add(request: Request) -> Result:
         older = store.load(cid, ifname)
         backup = originals(plan, before.link, before.sysctls)
         backup.network, backup.container_id, backup.ifname = request.network, cid, ifname
-        store.save(cid, ifname, backup.keeping_older(older))
+        kept = backup.keeping_older(older)
+        store.save(cid, ifname, kept)
         try:
             apply.apply(plan, before, links)
         except apply.UndoFailed as e:
@@ -57,6 +58,9 @@ def add(request: Request) -> Result:
             else:
                 store.save(cid, ifname, older)
             raise
+        # Rewritten once done: a GC that started meanwhile sees a new file and leaves this
+        # attachment to the next GC (see common/gc.py).
+        store.save(cid, ifname, kept)
     request.log.info(
         f"set {len(plan.sysctls)} sysctl(s) and link {plan.link} on {ifname}; "
         f"originals in {store.path(cid, ifname)}"
@@ -121,15 +125,20 @@ def check(request: Request) -> None:
 
 def gc(request: Request) -> None:
     """Forget the backups of this network's attachments the runtime no longer knows."""
-    from common.gc import valid_attachments
+    from common.gc import stamps, valid_attachments, written_since
 
     data_dir = config.parse_data_dir(request.conf, request.environ)
     valid = valid_attachments(request.conf.body)
     if not os.path.isdir(data_dir):
         return
     store = BackupStore(data_dir)
+    before = stamps(data_dir)
     with store.lock():
+        in_flight = written_since(data_dir, before)
         for name in store.stale(request.network, valid):
+            if name in in_flight:
+                request.log.info(f"gc: kept {name}: its ADD was running")
+                continue
             store.remove_file(name)
             request.log.info(f"gc: removed {os.path.join(data_dir, name)}")
 

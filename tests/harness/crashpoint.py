@@ -11,6 +11,11 @@ short windows between two kernel changes; these land exactly there, at every ste
 Without a crash point, or with CRASHPOINT_COUNT=path in the environment, nothing is
 killed and the number of calls of every watched function is written to that file as
 JSON at exit: how many crash points a clean call has.
+
+With CRASHPOINT_ACTION=stop the process SIGSTOPs itself there instead: it keeps every
+lock and socket it holds until the test sends SIGCONT, which makes interleavings of two
+plugin calls deterministic (tests/test_races.py). The point may then be any function,
+watched or not.
 """
 
 from __future__ import annotations
@@ -51,7 +56,9 @@ def _owner_and_name(target: str) -> tuple[Any, str]:
     return owner, parts[-1]
 
 
-def _wrap(target: str, counts: dict[str, int], kill_at: int, after: bool) -> None:
+def _wrap(
+    target: str, counts: dict[str, int], kill_at: int, after: bool, sig: int = signal.SIGKILL
+) -> None:
     owner, name = _owner_and_name(target)
     original: Callable[..., Any] = getattr(owner, name)
 
@@ -60,10 +67,10 @@ def _wrap(target: str, counts: dict[str, int], kill_at: int, after: bool) -> Non
         counts[target] += 1
         due = counts[target] == kill_at
         if due and not after:
-            os.kill(os.getpid(), signal.SIGKILL)
+            os.kill(os.getpid(), sig)
         result = original(*args, **kwargs)
         if due and after:
-            os.kill(os.getpid(), signal.SIGKILL)
+            os.kill(os.getpid(), sig)
         return result
 
     setattr(owner, name, wrapper)
@@ -75,9 +82,13 @@ def main() -> None:
     point, _, n = spec.partition("@")
     after = n.endswith("+")
     kill_at = int(n.rstrip("+") or 0)
-    counts = dict.fromkeys(WATCHED[plugin], 0)
-    for target in WATCHED[plugin]:
-        _wrap(target, counts, kill_at if target == point else 0, after)
+    sig = signal.SIGSTOP if os.environ.get("CRASHPOINT_ACTION") == "stop" else signal.SIGKILL
+    targets = list(WATCHED[plugin])
+    if point and point not in targets:
+        targets.append(point)
+    counts = dict.fromkeys(targets, 0)
+    for target in targets:
+        _wrap(target, counts, kill_at if target == point else 0, after, sig)
     count_file = os.environ.get("CRASHPOINT_COUNT")
     if count_file:
         pid = os.getpid()
