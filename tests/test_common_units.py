@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from common import chain
+from cnichain import runner as chain
 from common.config import decode, parse_netconf
 from common.env import parse_cni_args, read_invocation
 from common.errors import CniError
