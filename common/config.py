@@ -8,10 +8,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from common import versions
-from common.errors import DECODING_FAILURE, CniError, invalid_config
+from common.errors import DECODING_FAILURE, MAX_STDIN_BYTES, CniError, invalid_config
 from common.jsonobj import JsonObject
 from common.result import Result
-from common.skel import MAX_STDIN_BYTES
 
 _NETWORK_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.\-]*")
 

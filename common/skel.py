@@ -14,7 +14,7 @@ import os
 import sys
 
 from common import versions
-from common.errors import INTERNAL, CniError
+from common.errors import INTERNAL, MAX_STDIN_BYTES, CniError
 from common.log import LOG_ENV, Log
 
 # `typing` costs several ms to import; type checkers treat this name as true whatever its
@@ -30,11 +30,6 @@ if TYPE_CHECKING:
 
     AddFn = Callable[["Request"], "Result | None"]
     VerbFn = Callable[["Request"], None]
-
-# Bounded input: a runtime never sends megabytes; a config that large is a mistake or an
-# attack, and reading it whole would cost the node memory and time. common.config.decode
-# refuses more than this (skel reads one byte more so that it can tell).
-MAX_STDIN_BYTES = 1 << 20
 
 
 # Request and Plugin are plain classes rather than dataclasses: `dataclasses` imports

@@ -9,9 +9,7 @@ from common.errors import STATUS_UNAVAILABLE, CniError
 from common.log import Log
 from common.state import StateDir
 from portmap.config import Attachment, Options
-from portmap.plan import Plan
-
-UdpTargets = list[tuple[int, str | None, int]]  # (family, host address or None, port)
+from portmap.plan import Plan, UdpTargets
 
 
 class Backend(Protocol):
