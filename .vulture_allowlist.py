@@ -26,3 +26,8 @@ tb
 preload
 rehearsal
 release
+
+# common/errors.py lists the CNI spec's well-known error codes whole, as the spec's table
+# does, also the two no verb of ours raises.
+UNKNOWN_CONTAINER
+STATUS_LIMITED

@@ -86,10 +86,6 @@ class Invocation:
     path: tuple[str, ...] = ()
     cni_args: dict[str, str] = field(default_factory=dict)
 
-    @property
-    def attachment_label(self) -> str:
-        return f"{self.container_id}/{self.ifname}" if self.container_id else "-"
-
 
 def read_invocation(environ: Mapping[str, str]) -> Invocation:
     command = environ.get("CNI_COMMAND", "")

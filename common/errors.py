@@ -26,26 +26,6 @@ INTERNAL = 999  # a bug: an unexpected exception
 # tell). Here, below both, because skel imports config.
 MAX_STDIN_BYTES = 1 << 20
 
-DOCUMENTED_CODES = frozenset(
-    {
-        INCOMPATIBLE_VERSION,
-        UNSUPPORTED_FIELD,
-        UNKNOWN_CONTAINER,
-        INVALID_ENVIRONMENT,
-        IO_FAILURE,
-        DECODING_FAILURE,
-        INVALID_CONFIG,
-        INVALID_NETNS,
-        TRY_AGAIN_LATER,
-        STATUS_UNAVAILABLE,
-        STATUS_LIMITED,
-        KERNEL_FAILURE,
-        CONFLICT,
-        CHECK_FAILED,
-        INTERNAL,
-    }
-)
-
 
 class CniError(Exception):
     """An error reported to the runtime as CNI error JSON on stdout."""

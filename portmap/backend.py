@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 from typing import Protocol
 
-from common.errors import STATUS_UNAVAILABLE, CniError
 from common.log import Log
 from common.state import StateDir
 from portmap.config import Attachment, Options
@@ -74,7 +73,3 @@ def resolve(options: Options) -> str:
 
 def choose(options: Options, sd: StateDir, log: Log) -> Backend:
     return make(resolve(options), sd, log)
-
-
-def unavailable(what: str, details: str) -> CniError:
-    return CniError(STATUS_UNAVAILABLE, what, details)
