@@ -27,10 +27,10 @@ class Backend(Protocol):
 
 def nftables_usable() -> bool:
     """libnftables loads (the kernel side is proven by the first transaction)."""
-    import ctypes
+    from portmap import libnftables
 
     try:
-        ctypes.CDLL("libnftables.so.1")
+        libnftables.load()
     except OSError:
         return False
     return True

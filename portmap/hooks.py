@@ -17,15 +17,13 @@ _MAPPINGS = [{"hostPort": 9, "containerPort": 9, "protocol": p} for p in ("tcp",
 
 
 def preload() -> None:
-    import ctypes
-
-    from portmap import netlink, nft, verbs  # noqa: F401 - loaded, not used here
+    from portmap import libnftables, netlink, nft, verbs  # noqa: F401 - loaded, not used here
     from portmap.iptables import import_iptc
 
     import_iptc()
     # Mapped once here, a worker's dlopen is a reference count (a context, which binds a
     # netlink socket to a namespace, is only ever made in the worker).
-    ctypes.CDLL("libnftables.so.1")
+    libnftables.load()
 
 
 def rehearsal() -> list[tuple[str, dict[str, Any]]]:

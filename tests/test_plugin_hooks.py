@@ -56,10 +56,10 @@ def test_hook_preloads_load_the_plugin_modules_the_helper_preloads() -> None:
 
 
 def test_hook_release_frees_rehearsal_contexts() -> None:
-    from portmap import nft
+    from portmap import libnftables, nft
 
     nft.Nft()  # a context, as a rehearsal leaves one (no kernel call: no root needed)
-    assert nft._live != []
+    assert libnftables._live != []
     for plugin in helper.PLUGINS:
         _hooks(plugin).release()
-    assert nft._live == []
+    assert libnftables._live == []
