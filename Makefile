@@ -37,10 +37,18 @@ venv: $(VENV)/.installed
 
 deps: apt venv
 
+# Besides style and types: the import contracts and the dependency lists of pyproject.toml,
+# and no dead code (.vulture_allowlist.py says why each name it keeps is used). The second
+# deptry run lets tests/ and bench/ use the test and bench extras and fails only on imports
+# that nothing declares, or that only another package's dependencies bring along.
 lint: deps
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/deptry .
+	$(VENV)/bin/deptry tests bench --exclude '\.venv' --ignore DEP002,DEP004
+	$(VENV)/bin/vulture
 
 # pytest exits 5 when it collected nothing: that is a failure here, like any non-zero code.
 # The second run puts the plugins' kernel tests through a resident helper (common/helper.py):
@@ -93,4 +101,4 @@ fuzz: deps
 	  PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest tests/test_fuzz.py $(PYTEST_ARGS)
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .import_linter_cache

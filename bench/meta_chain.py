@@ -52,7 +52,7 @@ from bench.util import (
     write_raw,
     write_result,
 )
-from common.chain import ConfList, Runtime, find_plugin, plugin_config, retyped
+from cnichain.runner import ConfList, Runtime, find_plugin, plugin_config, retyped
 from tests.harness import netns as nslib
 from tests.harness.netns import Netns
 

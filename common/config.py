@@ -5,10 +5,9 @@ from __future__ import annotations
 from common import jsontext as json
 from common import versions
 from common.env import is_plain_name
-from common.errors import DECODING_FAILURE, CniError, invalid_config
+from common.errors import DECODING_FAILURE, MAX_STDIN_BYTES, CniError, invalid_config
 from common.jsonobj import JsonObject
 from common.result import Result
-from common.skel import MAX_STDIN_BYTES
 from common.values import Value
 
 TYPE_CHECKING = False

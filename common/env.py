@@ -47,7 +47,7 @@ def validate_container_id(cid: str, what: str = "CNI_CONTAINERID") -> None:
         )
 
 
-def validate_ifname(name: str) -> None:
+def validate_ifname(name: str, what: str = "CNI_IFNAME") -> None:
     problem = ""
     # The kernel counts bytes; os.environ holds undecodable bytes as lone surrogates.
     size = len(name.encode("utf-8", "surrogateescape"))
@@ -64,7 +64,7 @@ def validate_ifname(name: str) -> None:
     elif any(c in "/:" or c.isspace() for c in name):
         problem = "it must not contain '/', ':' or white space"
     if problem:
-        raise CniError(INVALID_ENVIRONMENT, f"invalid CNI_IFNAME {name[:40]!r}", problem)
+        raise CniError(INVALID_ENVIRONMENT, f"invalid {what} {name[:40]!r}", problem)
 
 
 def parse_cni_args(text: str) -> dict[str, str]:
@@ -111,10 +111,6 @@ class Invocation(Value):
         self.ifname = ifname
         self.path = path
         self.cni_args = {} if cni_args is None else cni_args
-
-    @property
-    def attachment_label(self) -> str:
-        return f"{self.container_id}/{self.ifname}" if self.container_id else "-"
 
 
 def read_invocation(environ: Mapping[str, str]) -> Invocation:

@@ -20,25 +20,11 @@ CONFLICT = 101  # a resource (host port, ...) is owned by another attachment
 CHECK_FAILED = 102  # CHECK found the live state differs from the config
 INTERNAL = 999  # a bug: an unexpected exception
 
-DOCUMENTED_CODES = frozenset(
-    {
-        INCOMPATIBLE_VERSION,
-        UNSUPPORTED_FIELD,
-        UNKNOWN_CONTAINER,
-        INVALID_ENVIRONMENT,
-        IO_FAILURE,
-        DECODING_FAILURE,
-        INVALID_CONFIG,
-        INVALID_NETNS,
-        TRY_AGAIN_LATER,
-        STATUS_UNAVAILABLE,
-        STATUS_LIMITED,
-        KERNEL_FAILURE,
-        CONFLICT,
-        CHECK_FAILED,
-        INTERNAL,
-    }
-)
+# Bounded input: a runtime never sends megabytes; a config that large is a mistake or an
+# attack, and reading it whole would cost the node memory and time. common.config.decode
+# refuses more than this with DECODING_FAILURE (skel reads one byte more so that it can
+# tell). Here, below both, because skel imports config.
+MAX_STDIN_BYTES = 1 << 20
 
 
 class CniError(Exception):

@@ -47,6 +47,7 @@ import time
 from typing import Any
 
 from common import fastpath
+from common.errors import MAX_STDIN_BYTES
 from common.netns import CLONE_NEWNET, CLONE_NEWNS, entered, libc, setns, unshare
 
 PLUGINS = ("portmap", "bandwidth", "tuning")
@@ -669,7 +670,7 @@ class Server:
         sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115
         # Read as skel would, to tell the plugin the request's cniVersion: the error it
         # prints if this worker dies (killed, --call-limit) must carry it.
-        data = bytes(sys.stdin.buffer.read(skel.MAX_STDIN_BYTES + 1))
+        data = bytes(sys.stdin.buffer.read(MAX_STDIN_BYTES + 1))
         conn.send(b"V" + skel._best_effort_version(data).encode())
         try:
             status = skel.run(self.tables[name], stdin=io.BytesIO(data))

@@ -38,7 +38,6 @@ RECV_BYTES = 1 << 17  # a dump datagram is at most 32 KiB
 
 # netlink flags and message types (linux/netlink.h, linux/rtnetlink.h)
 NLM_F_REQUEST = 0x1
-NLM_F_MULTI = 0x2
 NLM_F_ACK = 0x4
 NLM_F_ECHO = 0x8
 NLM_F_DUMP = 0x300

@@ -13,7 +13,7 @@ import sys
 
 from common import jsontext as json
 from common import versions
-from common.errors import INTERNAL, CniError
+from common.errors import INTERNAL, MAX_STDIN_BYTES, CniError
 
 # `typing` costs several ms to import; type checkers treat this name as true whatever its
 # value, so the annotations below are checked without the runtime paying for them.
@@ -29,11 +29,6 @@ if TYPE_CHECKING:
 
     AddFn = Callable[["Request"], "Result | None"]
     VerbFn = Callable[["Request"], None]
-
-# Bounded input: a runtime never sends megabytes; a config that large is a mistake or an
-# attack, and reading it whole would cost the node memory and time. common.config.decode
-# refuses more than this (skel reads one byte more so that it can tell).
-MAX_STDIN_BYTES = 1 << 20
 
 
 # Request and Plugin are plain classes rather than dataclasses: `dataclasses` imports

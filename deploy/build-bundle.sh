@@ -53,7 +53,7 @@ rm -f "$out/lib/python$ver/lib-dynload"/_tkinter*  # would drag in X11 and Tcl/T
 
 # Our packages and their dependencies.
 if [ -n "$deps_from" ]; then
-    for dep in pyroute2 iptc nftables.py; do
+    for dep in pyroute2 iptc; do
         [ -e "$deps_from/$dep" ] || die "$deps_from has no $dep"
         cp -a "$deps_from/$dep" "$out/site/"
     done

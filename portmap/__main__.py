@@ -23,14 +23,9 @@ def plugin() -> Plugin:
 
 
 def main() -> None:
-    # A resident helper, when there is one, runs this call with everything preloaded
-    # (and exits); otherwise this process does the work itself.
-    from common.fastpath import delegate
+    from common import entry
 
-    delegate("portmap")
-    from common.skel import main as run_plugin
-
-    run_plugin(plugin())
+    entry("portmap", plugin)
 
 
 if __name__ == "__main__":

@@ -4,14 +4,10 @@ from __future__ import annotations
 
 import os
 
-from common.errors import STATUS_UNAVAILABLE, CniError
 from common.log import Log
 from common.state import StateDir
 from portmap.config import Attachment, Options
-from portmap.plan import Plan
-
-UdpTargets = list[tuple[int, str | None, int]]  # (family, host address or None, port)
-
+from portmap.plan import Plan, UdpTargets
 
 # The interface both backends implement (for the type checker; nothing checks it at run
 # time, and `typing` costs ~5 ms to import).
@@ -37,10 +33,10 @@ if TYPE_CHECKING:
 
 def nftables_usable() -> bool:
     """libnftables loads (the kernel side is proven by the first transaction)."""
-    import ctypes
+    from portmap import libnftables
 
     try:
-        ctypes.CDLL("libnftables.so.1")
+        libnftables.load()
     except OSError:
         return False
     return True
@@ -83,7 +79,3 @@ def resolve(options: Options) -> str:
 
 def choose(options: Options, sd: StateDir, log: Log) -> Backend:
     return make(resolve(options), sd, log)
-
-
-def unavailable(what: str, details: str) -> CniError:
-    return CniError(STATUS_UNAVAILABLE, what, details)

@@ -35,8 +35,8 @@ TYPE_CHECKING = False  # avoids importing typing at run time
 if TYPE_CHECKING:
     from typing import Any
 
-    from portmap.backend import UdpTargets
     from portmap.nft import Nft
+    from portmap.plan import UdpTargets
 
 TOP = "CNI-HOSTPORT-DNAT"
 GO_TABLE = "cni_hostport"

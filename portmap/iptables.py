@@ -45,9 +45,8 @@ from common.log import Log
 from common.state import StateDir, flock_with_deadline
 from common.values import Value
 from portmap import state
-from portmap.backend import UdpTargets
 from portmap.config import PROTOCOL_NAMES, Attachment
-from portmap.plan import MASQ_ALL, MASQ_NONE, FamilyPlan, Forward, Plan
+from portmap.plan import MASQ_ALL, MASQ_NONE, FamilyPlan, Forward, Plan, UdpTargets
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -1,15 +1,16 @@
-"""The two netlink questions portmap asks, spoken directly over a socket.
+"""The two kernel questions portmap asks, without pyroute2.
 
 pyroute2 would answer both but costs ~110 ms to import on every container start; these
-are a few dozen lines of struct packing:
+are a few dozen lines of text reading and struct packing:
 
-* `route_oif(ip)`: the interface the host routes a container address through (the
-  bridge), whose route_localnet must be on for 127.0.0.1 to be forwarded;
+* `route_oif_v4(ip)`: the interface the host routes a container address through (the
+  bridge), whose route_localnet must be on for 127.0.0.1 to be forwarded (IPv4 only:
+  IPv6 has no route_localnet), read from /proc/net/route;
 * `flush_udp_conntrack(...)`: delete the UDP conntrack entries whose original
   destination is one of the given host ports (and host address, for hostIP mappings), so
   that old flows stop going to a previous container.
 
-Both run in the caller's network namespace (the socket is created there).
+Both answer for the caller's network namespace (where /proc/net and the socket belong).
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ if TYPE_CHECKING:
     import socket
     from collections.abc import Iterable, Iterator
 
-NETLINK_ROUTE = 0
 NETLINK_NETFILTER = 12
 NLM_F_REQUEST = 0x1
 NLM_F_ACK = 0x4
@@ -30,10 +30,6 @@ NLMSG_ERROR = 2
 NLMSG_DONE = 3
 NLA_F_NESTED = 0x8000
 NLA_TYPE_MASK = 0x3FFF
-
-RTM_GETROUTE = 26
-RTA_DST = 1
-RTA_OIF = 4
 
 NFNL_SUBSYS_CTNETLINK = 1
 IPCTNL_MSG_CT_GET = 1
@@ -119,25 +115,6 @@ def route_oif_v4(ip: str) -> str | None:
         if best is None or score[:2] > best[:2]:
             best = score
     return best[2] if best else None
-
-
-def route_oif(ip: str) -> str | None:
-    """The name of the interface the current netns routes `ip` through, or None."""
-    import socket
-
-    family = socket.AF_INET6 if ":" in ip else socket.AF_INET
-    addr = socket.inet_pton(family, ip)
-    rtmsg = struct.pack("=BBBBBBBBI", family, len(addr) * 8, 0, 0, 0, 0, 0, 0, 0)
-    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_ROUTE) as sock:
-        _request(sock, RTM_GETROUTE, NLM_F_REQUEST, 1, rtmsg + _attr(RTA_DST, addr))
-        try:
-            for _kind, payload in _messages(sock, 1):
-                for atype, value in _attrs(payload[12:]):
-                    if atype == RTA_OIF:
-                        return socket.if_indextoname(struct.unpack("=I", value)[0])
-        except NetlinkError:
-            return None
-    return None
 
 
 def _ct_header(family: int) -> bytes:

@@ -44,7 +44,7 @@ from common.errors import CHECK_FAILED, CONFLICT, KERNEL_FAILURE, STATUS_UNAVAIL
 from common.log import Log
 from common.state import StateDir
 from common.values import OrderedValue, Value
-from portmap import state
+from portmap import libnftables, state
 from portmap.config import PROTOCOL_NAMES, Attachment
 from portmap.plan import ANY, MASQ_ALL, MASQ_NONE, MASQ_SUBNET, FamilyPlan, Plan
 
@@ -389,62 +389,22 @@ def tag_of(comment: str) -> str:
 # ---------------------------------------------------------------------------- the kernel side
 
 
-_live: list[Nft] = []
-
-
 def release_contexts() -> None:
     """Free every context made so far in this process (the helper's spares, after their
-    rehearsal: a context keeps its netlink socket and its cache of the ruleset)."""
-    while _live:
-        nft = _live.pop()
-        nft.lib.nft_ctx_free(nft.ctx)
+    rehearsal)."""
+    libnftables.release_all()
 
 
 class Nft:
-    """One libnftables context, in the netns where it was created (the plugin's own).
-
-    A thin ctypes binding of the five calls we need instead of pip-nftables' class: its
-    destructor (nft_ctx_free) costs ~10 ms per process, on every container start; the
-    context is released with the process instead.
-    """
+    """One libnftables context, in the netns where it was created (the plugin's own)."""
 
     def __init__(self) -> None:
-        import ctypes
-
         try:
-            lib = ctypes.CDLL("libnftables.so.1")
+            context = libnftables.Context()
         except OSError as e:
             raise CniError(STATUS_UNAVAILABLE, "libnftables cannot be loaded", str(e)) from None
-        lib.nft_ctx_new.restype = ctypes.c_void_p
-        lib.nft_ctx_new.argtypes = [ctypes.c_int]
-        lib.nft_ctx_buffer_output.argtypes = [ctypes.c_void_p]
-        lib.nft_ctx_buffer_error.argtypes = [ctypes.c_void_p]
-        lib.nft_ctx_get_output_buffer.restype = ctypes.c_char_p
-        lib.nft_ctx_get_output_buffer.argtypes = [ctypes.c_void_p]
-        lib.nft_ctx_get_error_buffer.restype = ctypes.c_char_p
-        lib.nft_ctx_get_error_buffer.argtypes = [ctypes.c_void_p]
-        lib.nft_ctx_output_get_flags.restype = ctypes.c_uint
-        lib.nft_ctx_output_get_flags.argtypes = [ctypes.c_void_p]
-        lib.nft_ctx_output_set_flags.argtypes = [ctypes.c_void_p, ctypes.c_uint]
-        lib.nft_run_cmd_from_buffer.restype = ctypes.c_int
-        lib.nft_run_cmd_from_buffer.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
-        lib.nft_ctx_free.argtypes = [ctypes.c_void_p]  # release_contexts, never on a call
-        self.lib = lib
-        self.ctx = lib.nft_ctx_new(0)
-        lib.nft_ctx_buffer_output(self.ctx)
-        lib.nft_ctx_buffer_error(self.ctx)
-        _live.append(self)
-
-    def set_json_output(self, on: bool) -> None:
-        flags = self.lib.nft_ctx_output_get_flags(self.ctx)
-        json_flag = 1 << 4  # NFT_CTX_OUTPUT_JSON
-        self.lib.nft_ctx_output_set_flags(self.ctx, flags | json_flag if on else flags & ~json_flag)
-
-    def run(self, text: str) -> tuple[int, str, str]:
-        rc = self.lib.nft_run_cmd_from_buffer(self.ctx, text.encode())
-        out = self.lib.nft_ctx_get_output_buffer(self.ctx) or b""
-        err = self.lib.nft_ctx_get_error_buffer(self.ctx) or b""
-        return int(rc), out.decode(errors="replace"), err.decode(errors="replace")
+        self.set_json_output = context.set_json_output
+        self.run = context.run
 
     def must(self, lines: list[str], what: str) -> str:
         rc, out, err = self.run("\n".join(lines))

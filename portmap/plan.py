@@ -32,6 +32,10 @@ ANY = ANY_ADDRESS
 MASQ_NONE = "none"
 MASQ_SUBNET = "subnet"  # container subnet (hairpin, neighbours) and, for IPv4, localhost
 MASQ_ALL = "all"
+# The UDP ports whose conntrack entries go when forwards go (stale entries would keep
+# sending a client's datagrams to a container that is gone): (family, host address or
+# None, port). Backends return them from delete and gc; portmap.netlink flushes them.
+UdpTargets = list[tuple[int, str | None, int]]
 
 
 class Forward(Value):

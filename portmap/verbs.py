@@ -14,7 +14,7 @@ from common.skel import Request
 from portmap import backend as backends
 from portmap import config as cfg
 from portmap import state
-from portmap.plan import Plan, make_plan
+from portmap.plan import Plan, UdpTargets, make_plan
 
 
 def attachment(request: Request) -> cfg.Attachment:
@@ -48,7 +48,7 @@ def enable_route_localnet(plan: Plan) -> None:
             ) from None
 
 
-def flush_conntrack(targets: backends.UdpTargets, log: Log) -> None:
+def flush_conntrack(targets: UdpTargets, log: Log) -> None:
     """Failures are reported in the log only: stale flows are a nuisance, not a failure."""
     if not targets:
         return

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from common.chain import parse_bandwidth
+from cnichain.runner import parse_bandwidth
 from tests.conftest import Lab
 from tests.harness import netns as nslib
 from tests.harness.netns import Netns

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from common import chain
+from cnichain import runner as chain
 from common.config import decode, parse_netconf
 from common.env import parse_cni_args, read_invocation
 from common.errors import CniError
@@ -206,3 +208,26 @@ def test_chain_injects_runtime_config_only_for_declared_capabilities() -> None:
 def test_chain_refuses_lists_without_plugins() -> None:
     with pytest.raises(chain.ChainError):
         chain.ConfList.from_json({"name": "n", "plugins": []})
+
+
+@pytest.mark.parametrize(
+    ("valid", "says"),
+    [
+        ("abc", "expected CONTAINERID/IFNAME, e.g. abc/eth0"),
+        ("abc/", "invalid interface name in --valid '': it is empty"),
+        ("a b/eth0", "invalid container ID in --valid 'a b'"),
+    ],
+)
+def test_chain_gc_says_what_is_wrong_with_a_valid_entry(
+    tmp_path: Path, valid: str, says: str
+) -> None:
+    conflist = tmp_path / "n.conflist"
+    conflist.write_text('{"cniVersion": "1.0.0", "name": "n", "plugins": [{"type": "none"}]}')
+    run = subprocess.run(
+        [Path(sys.executable).parent / "cni-chain", "gc", str(conflist), "--valid", valid,
+         "--cni-path", str(tmp_path), "--cache-dir", str(tmp_path / "cache")],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert run.returncode == 1
+    assert run.stderr.startswith(f"cni-chain: --valid {valid!r}: ") and says in run.stderr
+    assert "Traceback" not in run.stderr

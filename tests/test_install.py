@@ -177,8 +177,8 @@ def test_bundle_installed_into_a_scratch_root_runs_with_nothing_else_there(
         assert version(f"/opt/cni/bin/{plugin}", chroot=root)["cniVersion"] == "0.4.0"
     # The kernel-facing libraries load from the bundle too (libnftables, libxtables).
     b = "/opt/cni-meta-plugins/bundle"
-    code = (f"import sys; sys.path.insert(0, '{b}/site'); import pyroute2, nftables, iptc; "
-            "nftables.Nftables(); print('ok')")  # fmt: skip
+    code = (f"import sys; sys.path.insert(0, '{b}/site'); import pyroute2, iptc; "
+            "from portmap import libnftables; libnftables.Context(); print('ok')")  # fmt: skip
     proc = subprocess.run(
         [CHROOT, str(root), f"{b}/lib/ld-linux.so", "--library-path", f"{b}/lib",
          f"{b}/bin/python3", "-I", "-S", "-c", code],

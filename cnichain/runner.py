@@ -361,6 +361,21 @@ def parse_bandwidth(spec: str) -> dict[str, int]:
     return out
 
 
+def parse_valid(spec: str) -> dict[str, str]:
+    """'CONTAINERID/IFNAME' (--valid) -> a cni.dev/valid-attachments entry."""
+    cid, slash, ifname = spec.partition("/")
+    if not slash:
+        raise ChainError(
+            f"--valid {spec[:80]!r}: expected CONTAINERID/IFNAME, e.g. {cid[:80]}/eth0"
+        )
+    try:
+        validate_container_id(cid, "container ID in --valid")
+        validate_ifname(ifname, "interface name in --valid")
+    except Exception as e:
+        raise ChainError(f"--valid {spec[:80]!r}: {e}") from None
+    return {"containerID": cid, "ifname": ifname}
+
+
 def _netns_path(value: str) -> str:
     if not value:
         return ""
@@ -405,7 +420,7 @@ def runtime_from_args(a: argparse.Namespace) -> Runtime:
     cid = a.container_id or "cnichain-" + hashlib.sha512(netns.encode()).hexdigest()[:20]
     try:
         validate_container_id(cid, "--container-id")
-        validate_ifname(a.ifname)
+        validate_ifname(a.ifname, "--ifname")
     except Exception as e:
         raise ChainError(str(e)) from None
     return Runtime(cid, netns, a.ifname, a.cni_args, caps, a.cni_path, a.cache_dir)
@@ -426,10 +441,7 @@ def main(argv: list[str] | None = None) -> int:
             delete(conflist, rt)
         elif a.command == "gc":
             valid = (
-                [
-                    dict(zip(("containerID", "ifname"), v.split("/", 1), strict=True))
-                    for v in a.valid
-                ]
+                [parse_valid(v) for v in a.valid]
                 if a.valid is not None
                 else cached_attachments(conflist, rt.cache_dir)
             )

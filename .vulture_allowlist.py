@@ -1,0 +1,45 @@
+"""Names vulture reports as unused that are used, each with the reason (read by vulture only).
+
+`_` stands for any object: an entry `_.name` keeps every attribute of that name.
+"""
+
+# python-iptables turns attribute assignments on a match or target into its options
+# (`--to-destination`, `--set-xmark`, `--mark`, `--dst-type`): portmap/iptables.py.
+_.to_destination
+_.set_xmark
+_.mark
+_.dst_type
+# Table.autocommit = False batches portmap's rule changes into one commit.
+_.autocommit
+
+# common/skel.py names a lazily imported verb after its target, for tracebacks and repr.
+_.__qualname__
+
+# Parameters fixed by a protocol, not chosen: signal handlers (signum, frame) in
+# common/state.py and common/helper.py, and __exit__'s traceback in tuning/apply.py.
+signum
+frame
+tb
+
+# Each plugin's hooks module (preload, rehearsal, release) is what the resident helper is to
+# call once it moves out of common/ (pending; tests/test_plugin_hooks.py runs them today).
+preload
+rehearsal
+release
+
+# common/errors.py lists the CNI spec's well-known error codes whole, as the spec's table
+# does, also the two no verb of ours raises.
+UNKNOWN_CONTAINER
+STATUS_LIMITED
+
+# common/jsontext.py hands its context object to CPython's C JSON scanner (`_json`), which
+# reads these attributes by name.
+_.strict
+_.object_hook
+_.parse_float
+_.parse_int
+_.parse_constant
+
+# pyroute2 reads a message class's `nla_map` when it compiles the class (bandwidth/tc.py's
+# tbf options with the 64-bit rate attributes).
+_.nla_map

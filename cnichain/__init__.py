@@ -1,0 +1,1 @@
+"""cni-chain: a program that runs a conflist's plugins like libcni (see cnichain.runner)."""

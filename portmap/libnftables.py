@@ -1,0 +1,78 @@
+"""libnftables through ctypes: the project's one binding of it (the nftables backend's).
+
+Not pip-nftables' Nftables class, although it wraps the same calls: its destructor runs
+nft_ctx_free at every process exit, which with portmap's table in the context's cache
+took 0.4-15 ms, and `import nftables` costs another 0.3-0.5 ms. A context here lives as
+long as the process, unless release_all() frees it first (the helper's rehearsals).
+"""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import ctypes
+
+SONAME = "libnftables.so.1"
+_OUTPUT_JSON = 1 << 4  # NFT_CTX_OUTPUT_JSON
+_lib: ctypes.CDLL | None = None
+_live: list[Context] = []
+
+
+def load() -> ctypes.CDLL:
+    """The library with the prototypes of the calls we make; OSError when it is missing."""
+    global _lib
+    if _lib is None:
+        import ctypes
+
+        lib = ctypes.CDLL(SONAME)
+        ptr = ctypes.c_void_p
+        for name, restype, argtypes in (
+            ("nft_ctx_new", ptr, [ctypes.c_int]),
+            ("nft_ctx_free", None, [ptr]),
+            ("nft_ctx_buffer_output", ctypes.c_int, [ptr]),
+            ("nft_ctx_buffer_error", ctypes.c_int, [ptr]),
+            ("nft_ctx_get_output_buffer", ctypes.c_char_p, [ptr]),
+            ("nft_ctx_get_error_buffer", ctypes.c_char_p, [ptr]),
+            ("nft_ctx_output_get_flags", ctypes.c_uint, [ptr]),
+            ("nft_ctx_output_set_flags", None, [ptr, ctypes.c_uint]),
+            ("nft_run_cmd_from_buffer", ctypes.c_int, [ptr, ctypes.c_char_p]),
+        ):
+            fn = getattr(lib, name)
+            fn.restype = restype
+            fn.argtypes = argtypes
+        _lib = lib
+    return _lib
+
+
+class Context:
+    """One nft context, with output and errors buffered; it talks to the kernel of the
+    network namespace it was made in."""
+
+    __slots__ = ("ctx", "lib")
+
+    def __init__(self) -> None:
+        self.lib = load()
+        self.ctx = self.lib.nft_ctx_new(0)
+        self.lib.nft_ctx_buffer_output(self.ctx)
+        self.lib.nft_ctx_buffer_error(self.ctx)
+        _live.append(self)
+
+    def set_json_output(self, on: bool) -> None:
+        flags = self.lib.nft_ctx_output_get_flags(self.ctx)
+        flags = flags | _OUTPUT_JSON if on else flags & ~_OUTPUT_JSON
+        self.lib.nft_ctx_output_set_flags(self.ctx, flags)
+
+    def run(self, text: str) -> tuple[int, str, str]:
+        """(return code, output, errors) of nft commands in nft's own syntax."""
+        rc = self.lib.nft_run_cmd_from_buffer(self.ctx, text.encode())
+        out = self.lib.nft_ctx_get_output_buffer(self.ctx) or b""
+        err = self.lib.nft_ctx_get_error_buffer(self.ctx) or b""
+        return int(rc), out.decode(errors="replace"), err.decode(errors="replace")
+
+
+def release_all() -> None:
+    """Free every context made so far in this process (a context keeps a netlink socket
+    and its cache of the ruleset)."""
+    while _live:
+        context = _live.pop()
+        context.lib.nft_ctx_free(context.ctx)
