@@ -16,16 +16,10 @@ _.autocommit
 _.__qualname__
 
 # Parameters fixed by a protocol, not chosen: signal handlers (signum, frame) in
-# common/state.py and common/helper.py, and __exit__'s traceback in tuning/apply.py.
+# common/state.py and cnihelper/server.py, and __exit__'s traceback in tuning/apply.py.
 signum
 frame
 tb
-
-# Each plugin's hooks module (preload, rehearsal, release) is what the resident helper is to
-# call once it moves out of common/ (pending; tests/test_plugin_hooks.py runs them today).
-preload
-rehearsal
-release
 
 # common/errors.py lists the CNI spec's well-known error codes whole, as the spec's table
 # does, also the two no verb of ours raises.

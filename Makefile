@@ -51,7 +51,7 @@ lint: deps
 	$(VENV)/bin/vulture
 
 # pytest exits 5 when it collected nothing: that is a failure here, like any non-zero code.
-# The second run puts the plugins' kernel tests through a resident helper (common/helper.py):
+# The second run puts the plugins' kernel tests through a resident helper (cnihelper/server.py):
 # a served call must behave exactly like one the executable runs itself.
 HELPER_SUITES := tests/test_portmap.py tests/test_bandwidth_netns.py tests/test_tuning.py \
 	tests/test_chain.py

@@ -5,7 +5,7 @@ both directions shaped, a mac, an mtu and a sysctl), run the way libcni runs it:
 order with each result threaded into the next plugin's prevResult, DEL in reverse with the
 final result. Only which binaries run differs, chosen by CNI_PATH like a runtime does:
 Go's (/usr/lib/cni), ours first (without the resident helper: CNI_META_HELPER=off), and
-ours with the helper (a `python -m common.helper` in the host netns).
+ours with the helper (a `python -m cnihelper.server` in the host netns).
 
 Each round and implementation (order rotating) gets a fresh container netns: bridge ADD
 (untimed), the three meta plugins' ADDs, their DELs (reverse order), bridge DEL (untimed).

@@ -3,8 +3,8 @@
 Plugins: portmap (our nftables and iptables backends; Go's has only iptables), bandwidth
 (both directions shaped) and tuning (mac + mtu + one sysctl: link changes over netlink).
 Implementations: Go's (/usr/lib/cni), ours without the resident helper
-(CNI_META_HELPER=off) and ours with it (a `python -m common.helper` per host netns;
-skipped while common/helper.py does not exist).
+(CNI_META_HELPER=off) and ours with it (a `python -m cnihelper.server` per host netns;
+skipped while cnihelper/server.py does not exist).
 
 Every case has its own throwaway host netns with a Go bridge, and a container netns whose
 eth0 comes from a real Go bridge + host-local ADD, so prevResult is what a runtime

@@ -3,7 +3,7 @@
 For N in 10, 100, 1000, 5000 existing attachments (one TCP host port each), measure the
 wall time of one more attachment's ADD and then its DEL (whole plugin process, as a
 runtime sees it), REPS times, for: ours with nftables, ours with iptables, ours with
-nftables and the resident helper (when common/helper.py exists), and Go's
+nftables and the resident helper (when cnihelper/server.py exists), and Go's
 /usr/lib/cni/portmap (1.1.1: iptables, here iptables-nft). Every flavour has its own
 throwaway network namespace filled with N attachments; the flavours' calls alternate
 (order rotating every rep). Each call is exec'd by bench/spawn.c from inside that netns

@@ -256,7 +256,7 @@ HELPER_SOURCE = REPO / "common" / "helper.py"
 def helper_unavailable() -> str | None:
     """Why the resident-helper flavour cannot run, or None when it can."""
     if not HELPER_SOURCE.exists():
-        return "common/helper.py does not exist yet: the resident-helper columns are skipped"
+        return "cnihelper/server.py does not exist yet: the resident-helper columns are skipped"
     return None
 
 
@@ -322,7 +322,7 @@ def resident_helper(
     prefix: Sequence[str] = (),
     timeout: float = 60,
 ) -> Iterator[Helper]:
-    """`python -m common.helper --socket PATH --stats FILE` in the foreground, then stopped.
+    """`python -m cnihelper.server --socket PATH --stats FILE` in the foreground, then stopped.
 
     Started from the calling thread's network namespace (callers enter their host netns
     first); `prefix` wraps the command, e.g. nsenter into a runtime's mount namespace (then
@@ -331,7 +331,7 @@ def resident_helper(
     """
     log = stats_dir / "helper.log"
     stats = stats_dir / "helper-stats.jsonl"
-    argv = [sys.executable, "-m", "common.helper", "--socket", str(socket_path)]
+    argv = [sys.executable, "-m", "cnihelper.server", "--socket", str(socket_path)]
     argv += os.environ.get("BENCH_HELPER_ARGS", "").split()
     with open(log, "wb") as logf:
         proc = subprocess.Popen(

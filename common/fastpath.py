@@ -1,7 +1,7 @@
 """The plugin side of the resident helper: hand this invocation to it, or return.
 
 A plugin executable calls `delegate(name)` before importing anything else. When a helper
-(common.helper) answers on its socket, the helper forks a worker that already has every
+(cnihelper.server) answers on its socket, the helper forks a worker that already has every
 library loaded; the worker takes over this process's stdin, stdout, stderr, environment,
 namespaces, root, working directory and umask, runs the very same plugin code, and
 reports the exit status, which this process then exits with. When there is no helper, it

@@ -498,7 +498,7 @@ def test_a_root_caller_with_fewer_privileges_than_the_helper_is_not_served(
 
 
 def test_the_privileges_compared_are_read_from_the_caller_itself() -> None:
-    from common import helper as h
+    from cnihelper import server as h
 
     with subprocess.Popen(["setpriv", "--no-new-privs", "--bounding-set=-net_admin", "--",
                            "sleep", "30"]) as p:  # fmt: skip

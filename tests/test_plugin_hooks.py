@@ -1,22 +1,14 @@
-"""Each plugin's hooks module offers the resident helper all it does per plugin today.
-
-The helper (common/helper.py) still names plugin modules itself; these tests pin that the
-hooks cover the same ground, so that it can call them instead.
-"""
+"""Each plugin's hooks module is all the resident helper (cnihelper.server) touches of it
+besides the table of contents: preload warms what the verbs use, rehearsal names the
+calls a spare runs, release frees what a rehearsal left."""
 
 from __future__ import annotations
 
-import importlib
 import json
 import subprocess
 import sys
-from types import ModuleType
 
-from common import helper
-
-
-def _hooks(plugin: str) -> ModuleType:
-    return importlib.import_module(f"{plugin}.hooks")
+from cnihelper import server
 
 
 def _loaded_after(code: str) -> set[str]:
@@ -29,30 +21,38 @@ def _loaded_after(code: str) -> set[str]:
     return set(run.stdout.split())
 
 
-def test_hook_rehearsals_are_the_calls_the_helper_rehearses() -> None:
-    from_hooks = [(p, cmd, keys) for p in helper.PLUGINS for cmd, keys in _hooks(p).rehearsal()]
-    assert [(p, cmd) for p, cmd, _ in from_hooks] == [(p, cmd) for p, cmd, _ in helper.REHEARSAL]
-    for (plugin, _, keys), (_, _, mappings) in zip(from_hooks, helper.REHEARSAL, strict=True):
-        base = json.loads(helper._rehearsal_conf(plugin, None, "/proc/self/fd/7"))
-        want = json.loads(helper._rehearsal_conf(plugin, mappings, "/proc/self/fd/7"))
-        assert {**base, **keys} == want
-
-
-def test_hook_preloads_load_the_plugin_modules_the_helper_preloads() -> None:
-    by_helper = _loaded_after("from common.helper import preload\npreload()")
-    by_hooks = _loaded_after(
-        "import importlib\n"
-        "for p in ('portmap', 'bandwidth', 'tuning'):\n"
-        "    importlib.import_module(p + '.hooks').preload()"
-    )
-    # The tables of contents (<plugin>.__main__) stay the helper's own business.
+def test_helper_preload_loads_every_module_the_verbs_import() -> None:
+    loaded = _loaded_after("from cnihelper.server import preload\npreload()")
     wanted = {
-        m
-        for m in by_helper
-        if m.split(".")[0] in (*helper.PLUGINS, "iptc") and not m.endswith(".__main__")
+        "portmap.verbs",
+        "portmap.nft",
+        "portmap.iptables",
+        "portmap.netlink",
+        "bandwidth.verbs",
+        "bandwidth.tc",
+        "tuning.verbs",
+        "tuning.apply",
+        "iptc",
     }
-    assert "portmap.nft" in wanted and "iptc" in wanted
-    assert wanted - by_hooks == set()
+    assert wanted - loaded == set()
+
+
+def test_rehearsals_are_each_plugins_usual_calls_and_never_iptables() -> None:
+    calls = server.rehearsal()
+    assert [(p, c) for p, c, _ in calls] == [
+        ("portmap", "ADD"),
+        ("portmap", "DEL"),
+        ("bandwidth", "DEL"),
+        ("tuning", "DEL"),
+    ]
+    for plugin, _, keys in calls:
+        conf = json.loads(server._rehearsal_conf(plugin, keys, "/proc/self/fd/7"))
+        assert conf["type"] == plugin
+        assert conf["prevResult"]["interfaces"][0]["sandbox"] == "/proc/self/fd/7"
+        if plugin == "portmap":
+            # python-iptables keeps tables (and libiptc a socket) per process
+            assert conf["backend"] == "nftables"
+            assert conf["runtimeConfig"]["portMappings"]
 
 
 def test_hook_release_frees_rehearsal_contexts() -> None:
@@ -60,6 +60,6 @@ def test_hook_release_frees_rehearsal_contexts() -> None:
 
     nft.Nft()  # a context, as a rehearsal leaves one (no kernel call: no root needed)
     assert libnftables._live != []
-    for plugin in helper.PLUGINS:
-        _hooks(plugin).release()
+    for hooks in server.HOOKS.values():
+        hooks.release()
     assert libnftables._live == []

@@ -1,4 +1,4 @@
-"""Running a resident helper (common.helper) for a test or a whole session.
+"""Running a resident helper (cnihelper.server) for a test or a whole session.
 
 The helper runs in the machine's own namespaces (it opens nothing there: each worker
 enters the namespaces of the plugin process it serves); its socket, stats file and log

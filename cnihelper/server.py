@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import errno
 import gc
 import importlib
@@ -46,9 +45,12 @@ import tempfile
 import time
 from typing import Any
 
+from bandwidth import hooks as bandwidth_hooks
 from common import fastpath
 from common.errors import MAX_STDIN_BYTES
 from common.netns import CLONE_NEWNET, CLONE_NEWNS, entered, libc, setns, unshare
+from portmap import hooks as portmap_hooks
+from tuning import hooks as tuning_hooks
 
 PLUGINS = ("portmap", "bandwidth", "tuning")
 PR_SET_PDEATHSIG = 1
@@ -150,6 +152,11 @@ def _same_file(fd: int, path: str) -> bool:
     return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
+# What the helper may touch of each plugin: its table of contents (<plugin>.__main__) and
+# its hooks module (preload, rehearsal, release), nothing else.
+HOOKS = {"portmap": portmap_hooks, "bandwidth": bandwidth_hooks, "tuning": tuning_hooks}
+
+
 def preload() -> dict[str, Any]:
     """Import what the three plugins' verbs use, so that workers start warm.
 
@@ -162,6 +169,7 @@ def preload() -> dict[str, Any]:
     tables = {}
     for name in PLUGINS:
         tables[name] = importlib.import_module(f"{name}.__main__").plugin()
+        HOOKS[name].preload()
     for module in (
         "common.config",
         "common.env",
@@ -169,42 +177,24 @@ def preload() -> dict[str, Any]:
         "common.state",
         "common.gc",
         "common.netns",
-        "portmap.verbs",
-        "portmap.nft",
-        "portmap.iptables",
-        "portmap.netlink",
-        "bandwidth.verbs",
-        "bandwidth.tc",
-        "tuning.verbs",
-        "tuning.apply",
         "ipaddress",
         "traceback",
     ):
         importlib.import_module(module)
     from common import digest
-    from portmap.iptables import import_iptc
 
-    import_iptc()
     digest.sha256_hex(b"")  # finds and caches the builtin hash constructors
     digest.sha512_hex(b"")
-    # Mapped once here, a worker's dlopen is a reference count (a context, which binds
-    # a netlink socket to a namespace, is only ever made in the worker).
-    ctypes.CDLL("libnftables.so.1")
     return tables
 
 
-# What a spare runs before it waits for a call (see Server._rehearse): each plugin's usual
-# path, in namespaces nobody else can see. (plugin, command, portMappings or None)
-_MAPPINGS = [{"hostPort": 9, "containerPort": 9, "protocol": p} for p in ("tcp", "udp")]
-REHEARSAL = (
-    ("portmap", "ADD", _MAPPINGS),
-    ("portmap", "DEL", _MAPPINGS),
-    ("bandwidth", "DEL", None),
-    ("tuning", "DEL", None),
-)
+def rehearsal() -> list[tuple[str, str, dict[str, Any]]]:
+    """What a spare runs before it waits for a call (see Server._rehearse): each plugin's
+    usual path, in namespaces nobody else can see. (plugin, command, config keys)"""
+    return [(name, command, keys) for name in PLUGINS for command, keys in HOOKS[name].rehearsal()]
 
 
-def _rehearsal_conf(plugin: str, mappings: list[dict[str, Any]] | None, sandbox: str) -> bytes:
+def _rehearsal_conf(plugin: str, keys: dict[str, Any], sandbox: str) -> bytes:
     conf: dict[str, Any] = {
         "cniVersion": "1.0.0",
         "name": "cni-meta-rehearsal",
@@ -214,11 +204,8 @@ def _rehearsal_conf(plugin: str, mappings: list[dict[str, Any]] | None, sandbox:
             "interfaces": [{"name": "eth0", "sandbox": sandbox}],
             "ips": [{"address": "192.0.2.2/24", "interface": 0}],
         },
+        **keys,
     }
-    if mappings is not None:
-        # Never iptables: python-iptables keeps tables (and libiptc a socket) per process.
-        conf["backend"] = "nftables"
-        conf["runtimeConfig"] = {"portMappings": mappings}
     return json.dumps(conf).encode()
 
 
@@ -519,14 +506,14 @@ class Server:
             )
             with entered(self.stage.host):  # (a spare that cannot come back exits)
                 failed = 0
-                for plugin, command, mappings in REHEARSAL:
+                for plugin, command, keys in rehearsal():
                     if select.select([self.listener], [], [], 0)[0]:
                         return  # a call is waiting: it gets this spare as it is
                     os.environ["CNI_COMMAND"] = command
                     failed |= skel.run(
                         self.tables[plugin],
                         environ=os.environ,
-                        stdin=io.BytesIO(_rehearsal_conf(plugin, mappings, self.stage.sandbox)),
+                        stdin=io.BytesIO(_rehearsal_conf(plugin, keys, self.stage.sandbox)),
                         stdout=io.BytesIO(),
                         stderr=io.StringIO(),
                     )
@@ -534,9 +521,8 @@ class Server:
         except Exception:  # noqa: S110 - a cold worker is still a correct one
             pass
         finally:
-            from portmap.nft import release_contexts
-
-            release_contexts()
+            for name in PLUGINS:
+                HOOKS[name].release()
             os.environb.clear()
             os.environb.update(saved)
             os.setpriority(os.PRIO_PROCESS, 0, priority)
