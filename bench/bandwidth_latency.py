@@ -4,7 +4,7 @@ Each call is a cold process, as a runtime makes it: a host netns where the plugi
 container netns with eth0, the host end of the veth listed in a hand-made prevResult.
 Both directions are shaped (so ADD makes the ifb, two tbfs, the ingress qdisc and the
 filter). Ours and Go's alternate round by round; after Go's DEL (which leaves its tbf and
-ingress qdisc on the veth, see the README) the veth is cleaned untimed.
+ingress qdisc on the veth, see docs/differences.md) the veth is cleaned untimed.
 
 The second table splits our ADD: interpreter start, imports (python -X importtime style,
 measured as cold-process wall time, medians) and the netlink work itself.

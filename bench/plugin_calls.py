@@ -11,7 +11,7 @@ eth0 comes from a real Go bridge + host-local ADD, so prevResult is what a runti
 passes. Each round runs, per case, VERSION, ADD (prevResult: the bridge's result), CHECK and
 DEL (prevResult: the ADD's result, like libcni's cache); cases of one plugin alternate and
 their order rotates every round. Go's bandwidth DEL leaves its tbf and ingress qdisc on the
-host veth (see the README): they are removed untimed after it.
+host veth (see docs/differences.md): they are removed untimed after it.
 
 Each call is one process exec'd by bench/spawn.c from inside the host netns (the bench
 enters it with setns: no `ip netns exec` cost on either side): wall time from vfork to
@@ -148,7 +148,8 @@ class Case:
     @property
     def go_check_bug(self) -> bool:
         """Go's portmap 1.1.1 fails every CHECK of an IPv4-only attachment (it looks for
-        IPv6 DNAT chains it never made, see the README): its CHECK is timed all the same."""
+        IPv6 DNAT chains it never made, see docs/differences.md): its CHECK is timed all the
+        same."""
         return self.impl == "Go" and self.plugin.startswith("portmap")
 
     def stdin(self, prev: dict[str, Any] | None) -> bytes:

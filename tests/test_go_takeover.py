@@ -4,7 +4,7 @@ A pod set up by the Go plugins (bridge + Go portmap, bandwidth, tuning 1.1.1 fro
 /usr/lib/cni) is deleted by ours: nothing of it may stay (iptables-nft, iptables-legacy,
 the Go nftables backend's rules, the ifb, the tuning backup), and a new pod on the freed
 host port gets the traffic. And the other way: what the Go plugins' DEL leaves of a pod
-we set up, and that the README's commands remove it.
+we set up, and that the commands of docs/differences.md remove it.
 """
 
 from __future__ import annotations
@@ -256,7 +256,8 @@ def test_our_check_of_a_go_pod_says_what_is_missing(lab: Lab) -> None:
 # ---------------------------------------------------------------------------- ours -> Go
 
 
-# The commands of README "Taking over from the Go plugins", run once no pod we set up is left.
+# The commands of docs/differences.md "Taking over from the Go plugins", run once no pod we
+# set up is left.
 FORGET_OUR_MAPPINGS = {
     "nftables": "nft delete table inet cni_meta_portmap",
     "iptables": """

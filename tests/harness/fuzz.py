@@ -43,7 +43,8 @@ BAD_VERSIONS = (
     "\uff10.4.0",
     "..",
 )
-# The codes README's error table documents; 999 (an unexpected exception) is a bug here.
+# The codes docs/cni-contract.md's error table documents; 999 (an unexpected exception) is a
+# bug here.
 EXPECTED_CODES = frozenset({1, 2, 3, 4, 5, 6, 7, 8, 11, 50, 51, 100, 101, 102})
 NETWORK = "fznet"
 BRIDGE = "cmpfz0"
