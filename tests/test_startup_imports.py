@@ -80,8 +80,8 @@ NOT_FOR = {
 # Modules imported beyond the bare launcher's, per plugin and verb (Python 3.11, pyroute2
 # 0.9.7, python-iptables 1.0). Raise one only for an import the verb really needs. Where
 # the counts go: VERSION is the plugin, common.fastpath, skel, jsontext, versions and
-# errors (not even os); portmap with nftables adds its own modules, os, ipaddress, ctypes
-# (libnftables) and contextlib;
+# errors (not even os); portmap with nftables adds its own modules (portmap.libnftables,
+# the one binding of libnftables, among them), os, ipaddress, ctypes and contextlib;
 # iptables adds python-iptables (~55 modules: ctypes.util, subprocess, sysconfig, re,
 # distutils); tuning adds pyroute2's link messages (~70 with what pyroute2 imports:
 # typing, logging, threading, multiprocessing, platform, re); bandwidth adds tcmsg and
@@ -90,9 +90,9 @@ BUDGET = {
     ("portmap", "VERSION"): 11,
     ("bandwidth", "VERSION"): 11,
     ("tuning", "VERSION"): 11,
-    ("portmap-nftables", "ADD"): 54,
-    ("portmap-nftables", "CHECK"): 54,
-    ("portmap-nftables", "DEL"): 53,
+    ("portmap-nftables", "ADD"): 55,
+    ("portmap-nftables", "CHECK"): 55,
+    ("portmap-nftables", "DEL"): 54,
     ("portmap-iptables", "ADD"): 108,
     ("portmap-iptables", "CHECK"): 108,
     ("portmap-iptables", "DEL"): 108,
