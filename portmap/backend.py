@@ -53,6 +53,10 @@ def iptables_is_nft_variant() -> bool:
 
 
 def make(name: str, sd: StateDir, log: Log) -> Backend:
+    if name == "iptables" and os.environ.get("CNI_META_IPTABLES", "libiptc") != "libiptc":
+        from portmap.xtables import XtablesBackend
+
+        return XtablesBackend(sd, log)
     if name == "iptables":
         from portmap.iptables import IptablesBackend
 

@@ -39,19 +39,25 @@ from tests.portmap_world import (
 pytestmark = pytest.mark.root
 
 PORTMAP = our("portmap")
-BACKENDS = ["nftables", "iptables"]
+# iptables-nft / iptables-legacy: the iptables-restore backend forced to that variant
+BACKENDS = ["nftables", "iptables", "iptables-nft", "iptables-legacy"]
 
 
 @pytest.fixture(params=BACKENDS)
-def backend(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
+def backend(request: pytest.FixtureRequest, lab: Lab) -> str:
+    name = str(request.param)
+    if name.startswith("iptables-"):
+        lab.env["CNI_META_IPTABLES"] = name.split("-")[1]
+        return "iptables"
+    return name
 
 
 def rules_text(lab: Lab, backend: str) -> str:
     if backend == "nftables":
         return lab.host.run("nft", "list", "ruleset", check=False)
-    text = lab.host.run("iptables-legacy-save", "-t", "nat", check=False) + lab.host.run(
-        "ip6tables-legacy-save", "-t", "nat", check=False
+    variant = lab.env.get("CNI_META_IPTABLES", "legacy")
+    text = lab.host.run(f"iptables-{variant}-save", "-t", "nat", check=False) + lab.host.run(
+        f"ip6tables-{variant}-save", "-t", "nat", check=False
     )
     lines = (re.sub(r"\[\d+:\d+\]", "", line) for line in text.splitlines())
     return "\n".join(line for line in lines if not line.startswith("#"))
