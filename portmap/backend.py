@@ -8,7 +8,7 @@ from typing import Protocol
 from common.errors import STATUS_UNAVAILABLE, CniError
 from common.log import Log
 from common.state import StateDir
-from portmap.config import Attachment, Options
+from portmap.config import Attachment, Options, looks_like_iptables
 from portmap.plan import Plan
 
 UdpTargets = list[tuple[int, str | None, int]]  # (family, host address or None, port)
@@ -72,9 +72,15 @@ def make(name: str, sd: StateDir, log: Log) -> Backend:
 
 
 def resolve(options: Options) -> str:
-    """The configured backend, or for auto: nftables where libnftables works."""
+    """The configured backend; for auto, iptables when the config uses what only iptables
+    has (externalSetMarkChain, iptables-style conditions: Go picks iptables for them, so
+    a config written for Go means the same here), else nftables where libnftables works."""
     if options.backend:
         return options.backend
+    if options.external_set_mark_chain or any(
+        looks_like_iptables(options.conditions(family)) for family in (4, 6)
+    ):
+        return "iptables"
     return "nftables" if nftables_usable() else "iptables"
 
 
