@@ -36,11 +36,12 @@ from common.errors import (
     CONFLICT,
     KERNEL_FAILURE,
     STATUS_UNAVAILABLE,
+    TRY_AGAIN_LATER,
     CniError,
     invalid_config,
 )
 from common.log import Log
-from common.state import StateDir, lock_timeout
+from common.state import LOCK_TIMEOUT_ENV, StateDir, lock_timeout
 from portmap import state
 from portmap.backend import UdpTargets
 from portmap.config import Attachment
@@ -138,6 +139,38 @@ def save(variant: str, family: int) -> str:
     return text
 
 
+def listing(variant: str, family: int, chains: tuple[str, ...]) -> str:
+    """`iptables -t nat -S CHAIN` of each chain (those that exist), for NatTable.
+
+    DEL and CHECK look at two chains only: iptables-nft translates just those (5 and
+    13 ms at 1,000 attachments where iptables-nft-save of the table takes 50 ms).
+    """
+    if variant == "legacy" and not legacy_nat_exists(family):
+        return ""
+    wait = str(max(1, int(lock_timeout())))
+    out = []
+    exe = tool(variant, family, "save").removesuffix("-save")
+    for chain in chains:
+        code, text = run([exe, "-w", wait, "-t", "nat", "-S", chain])
+        if code == 0:
+            out.append(text)
+        elif "xtables lock" in text:
+            raise lock_held(wait)
+        # (iptables-nft 1.8.9 calls a chain that does not exist "incompatible")
+        elif "No chain" not in text and "incompatible" not in text:
+            raise CniError(KERNEL_FAILURE, f"cannot list {chain} (iptables-{variant})", text)
+    return "\n".join(out)
+
+
+def lock_held(wait: str) -> CniError:
+    lock = os.environ.get("XTABLES_LOCKFILE", "/run/xtables.lock")
+    return CniError(
+        TRY_AGAIN_LATER,
+        f"another iptables user (iptables-restore?) holds {lock}",
+        f"waited {wait}s ({LOCK_TIMEOUT_ENV}); try again later",
+    )
+
+
 def legacy_nat_exists(family: int) -> bool:
     names = "/proc/net/ip6_tables_names" if family == 6 else "/proc/net/ip_tables_names"
     try:
@@ -156,6 +189,8 @@ def restore(variant: str, family: int, lines: list[str]) -> str:
     if code == 0:
         return ""
     complaint = out.strip() or "failed"
+    if "xtables lock" in complaint:  # iptables-legacy-restore waited `wait` seconds for it
+        raise lock_held(wait)
     _, found, rest = complaint.partition("line ")
     number = rest.split(" ", 1)[0].rstrip(":")
     if found and number.isdigit() and 2 <= int(number) <= len(lines) + 1:
@@ -261,8 +296,8 @@ class NatTable:
         self.lines: dict[str, list[str]] = {}
         self._words: dict[str, list[Words]] = {}
         for raw in text.splitlines():
-            if raw.startswith(":"):
-                self.chains.add(raw[1:].split(" ", 1)[0])
+            if raw.startswith((":", "-N ")):  # iptables-save / iptables -S
+                self.chains.add(raw.split(" ", 2)[raw[0] == "-"].lstrip(":"))
             elif raw.startswith("-A "):
                 chain = raw[3:].split(" ", 1)[0]
                 self.lines.setdefault(chain, []).append(raw)
@@ -592,7 +627,7 @@ class XtablesBackend:
             done.append(family)
 
     def _delete_family(self, variant: str, family: int, name: str) -> list[tuple[str | None, int]]:
-        lines, udp = removal(self._table(variant, family), name)
+        lines, udp = removal(NatTable(listing(variant, family, (name, TOP))), name)
         self._commit(variant, family, lines, f"delete the IPv{family} port mappings ({name})")
         return udp
 
@@ -619,7 +654,7 @@ class XtablesBackend:
             if not fp.forwards:
                 continue
             variant = recorded.get(fp.family) or self._variant()
-            table = self._table(variant, fp.family)
+            table = NatTable(listing(variant, fp.family, (name, TOP)))
             if name not in table.chains:
                 problems.append(f"IPv{fp.family}: chain {name} is missing (iptables-{variant})")
                 continue
