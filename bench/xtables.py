@@ -1,4 +1,5 @@
-"""portmap's iptables backends side by side: libiptc vs iptables-restore (legacy and nft).
+"""portmap's iptables backend on each iptables variant (and, until commit 1422af4, the
+libiptc backend it replaced: the libiptc rows of bench/results/xtables.md come from there).
 
 For N in 1, 100, 1000 attachments already present (one TCP host port each, bulk-loaded
 in the exact shape portmap writes), measure the wall time of one more attachment's ADD,
@@ -44,7 +45,6 @@ from common.netns import entered  # noqa: E402
 
 # flavour -> (CNI_META_IPTABLES, the variant its table lives in)
 FLAVOURS = {
-    "libiptc": ("libiptc", "legacy"),
     "restore-legacy": ("legacy", "legacy"),
     "restore-nft": ("nft", "nft"),
     "restore-auto": ("auto", "nft"),

@@ -170,7 +170,7 @@ def preload() -> dict[str, Any]:
         "common.netns",
         "portmap.verbs",
         "portmap.nft",
-        "portmap.iptables",
+        "portmap.xtables",
         "portmap.netlink",
         "bandwidth.verbs",
         "bandwidth.tc",
@@ -181,9 +181,7 @@ def preload() -> dict[str, Any]:
     ):
         importlib.import_module(module)
     from common import digest
-    from portmap.iptables import import_iptc
 
-    import_iptc()
     digest.sha256_hex(b"")  # finds and caches the builtin hash constructors
     digest.sha512_hex(b"")
     # Mapped once here, a worker's dlopen is a reference count (a context, which binds
@@ -215,7 +213,7 @@ def _rehearsal_conf(plugin: str, mappings: list[dict[str, Any]] | None, sandbox:
         },
     }
     if mappings is not None:
-        # Never iptables: python-iptables keeps tables (and libiptc a socket) per process.
+        # Never iptables: its rehearsal would exec iptables-restore on every spare.
         conf["backend"] = "nftables"
         conf["runtimeConfig"] = {"portMappings": mappings}
     return json.dumps(conf).encode()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from typing import Protocol
 
 from common.errors import STATUS_UNAVAILABLE, CniError
@@ -39,33 +38,11 @@ def nftables_usable() -> bool:
     return True
 
 
-def iptables_is_nft_variant() -> bool:
-    """Whether the `iptables` command on PATH is iptables-nft (Debian 12's default).
-
-    python-iptables drives libiptc, which writes the *legacy* xtables; iptables-nft does
-    not show those rules, so an operator running `iptables -t nat -L` sees nothing.
-    """
-    for d in [*os.environ.get("PATH", "").split(":"), "/usr/sbin", "/sbin"]:
-        path = os.path.join(d, "iptables")
-        if os.path.exists(path):
-            return "nft" in os.path.basename(os.path.realpath(path))
-    return False
-
-
 def make(name: str, sd: StateDir, log: Log) -> Backend:
-    if name == "iptables" and os.environ.get("CNI_META_IPTABLES", "libiptc") != "libiptc":
+    if name == "iptables":
         from portmap.xtables import XtablesBackend
 
         return XtablesBackend(sd, log)
-    if name == "iptables":
-        from portmap.iptables import IptablesBackend
-
-        if iptables_is_nft_variant():
-            log.warning(
-                "backend iptables writes the legacy xtables through libiptc, but `iptables` "
-                "here is iptables-nft: use iptables-legacy -t nat -S to see the rules"
-            )
-        return IptablesBackend(sd, log)
     from portmap.nft import NftBackend
 
     return NftBackend(sd, log)

@@ -39,8 +39,8 @@ from tests.portmap_world import (
 pytestmark = pytest.mark.root
 
 PORTMAP = our("portmap")
-# iptables-nft / iptables-legacy: the iptables-restore backend forced to that variant
-BACKENDS = ["nftables", "iptables", "iptables-nft", "iptables-legacy"]
+# iptables-nft / iptables-legacy: the iptables backend forced to that variant
+BACKENDS = ["nftables", "iptables-nft", "iptables-legacy"]
 
 
 @pytest.fixture(params=BACKENDS)
@@ -55,7 +55,7 @@ def backend(request: pytest.FixtureRequest, lab: Lab) -> str:
 def rules_text(lab: Lab, backend: str) -> str:
     if backend == "nftables":
         return lab.host.run("nft", "list", "ruleset", check=False)
-    variant = lab.env.get("CNI_META_IPTABLES", "legacy")
+    variant = lab.env["CNI_META_IPTABLES"]
     text = lab.host.run(f"iptables-{variant}-save", "-t", "nat", check=False) + lab.host.run(
         f"ip6tables-{variant}-save", "-t", "nat", check=False
     )
@@ -432,7 +432,6 @@ def _nat(lab: Lab, variant: str) -> str:
 def test_iptables_goes_to_the_variant_that_already_has_rules(lab: Lab, populated: str) -> None:
     """Like kube-proxy's iptables-wrapper: the variant whose nat table has more rules, else
     the host's own `iptables`; DEL finds the rules where ADD put them."""
-    lab.env["CNI_META_IPTABLES"] = "auto"
     if populated != "neither":  # what kube-proxy (or the Go portmap) left in that variant
         lab.host.run(f"iptables-{populated}", "-t", "nat", "-N", "KUBE-SERVICES")
         lab.host.run(f"iptables-{populated}", "-t", "nat", "-A", "PREROUTING", "-j",
@@ -459,7 +458,6 @@ def test_external_set_mark_chain_without_backend_means_iptables_and_uses_the_cha
     """A config written for Go with kube-proxy's mark chain: no backend key, so iptables
     (as Go), on the host's `iptables`, marking through KUBE-MARK-MASQ, whose masquerade
     is kube-proxy's (our CNI-HOSTPORT-SETMARK/MASQ are not made)."""
-    lab.env["CNI_META_IPTABLES"] = "auto"
     ipt = ("iptables", "-t", "nat")
     lab.host.run(*ipt, "-N", "KUBE-MARK-MASQ")
     lab.host.run(*ipt, "-A", "KUBE-MARK-MASQ", "-j", "MARK", "--or-mark", "0x4000")
