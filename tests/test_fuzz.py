@@ -203,6 +203,8 @@ def make_world(lab: Lab, plugin: str) -> World:
     cwd.mkdir()
     # No allowlist: the machine's own /etc/cni/tuning/allowlist.conf must not decide.
     lab.env["CNI_TUNING_ALLOWLIST"] = str(lab.workdir / "no-allowlist.conf")
+    # The snapshots read (and tolerate the shared chains of) the legacy tables.
+    lab.env["CNI_META_IPTABLES"] = "legacy"
     world = World(
         lab=lab,
         plugin=plugin,
