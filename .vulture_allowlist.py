@@ -3,15 +3,6 @@
 `_` stands for any object: an entry `_.name` keeps every attribute of that name.
 """
 
-# python-iptables turns attribute assignments on a match or target into its options
-# (`--to-destination`, `--set-xmark`, `--mark`, `--dst-type`): portmap/iptables.py.
-_.to_destination
-_.set_xmark
-_.mark
-_.dst_type
-# Table.autocommit = False batches portmap's rule changes into one commit.
-_.autocommit
-
 # common/skel.py names a lazily imported verb after its target, for tracebacks and repr.
 _.__qualname__
 

@@ -55,8 +55,8 @@ from bench.util import (  # noqa: E402
 )
 from common.netns import entered  # noqa: E402
 from portmap.config import Attachment  # noqa: E402
-from portmap.iptables import COMMENT_PREFIX, chain_name  # noqa: E402
 from portmap.nft import T, skeleton_text  # noqa: E402
+from portmap.xtables import COMMENT_PREFIX, chain_name  # noqa: E402
 
 GO = str(GO_BIN / "portmap")
 NETWORK = "benchnet"

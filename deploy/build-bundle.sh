@@ -1,7 +1,7 @@
 #!/bin/sh
 # Build a relocatable bundle of the plugins: a Python interpreter, its standard library,
 # our packages and their dependencies, and every shared library all of that loads
-# (including the dynamic loader and libc, libnftables and libxtables with its modules).
+# (including the dynamic loader and libc, and libnftables).
 # The bundle runs on any x86-64/arm64 Linux node whatever its distribution or Python:
 # deploy/install.sh --bundle DIR copies it into place and writes the launchers.
 #
@@ -9,7 +9,7 @@
 #   deploy/build-bundle.sh OUT --deps-from SITEDIR  # copies the dependencies from a venv
 #                                                   # (offline; what the tests use)
 # Layout: OUT/bin/python3, OUT/lib/pythonX.Y (stdlib), OUT/site (packages),
-#         OUT/lib/*.so* (libraries), OUT/lib/ld-linux.so (the loader), OUT/lib/xtables.
+#         OUT/lib/*.so* (libraries), OUT/lib/ld-linux.so (the loader).
 set -eu
 
 out=${1:?usage: build-bundle.sh OUT [--python PY] [--deps-from SITE_PACKAGES] [--source DIR]}
@@ -53,11 +53,10 @@ rm -f "$out/lib/python$ver/lib-dynload"/_tkinter*  # would drag in X11 and Tcl/T
 
 # Our packages and their dependencies.
 if [ -n "$deps_from" ]; then
-    for dep in pyroute2 iptc; do
+    for dep in pyroute2; do
         [ -e "$deps_from/$dep" ] || die "$deps_from has no $dep"
         cp -a "$deps_from/$dep" "$out/site/"
     done
-    cp -a "$deps_from"/libxtwrapper*.so "$out/site/"
     for pkg in common portmap bandwidth tuning; do
         cp -a "$source_dir/$pkg" "$out/site/"
     done
@@ -75,19 +74,14 @@ else
 fi
 find "$out/site" -name __pycache__ -type d -prune -exec rm -rf {} +
 
-# Libraries loaded with dlopen by name (ctypes), and the iptables extension modules.
+# Libraries loaded with dlopen by name (ctypes). The iptables backend runs the host's own
+# iptables-restore, so that its rules land where the host's iptables looks.
 libdir_of() { ldconfig -p | awk -v n="$1" '$1 == n { print $NF; exit }'; }
-for soname in libnftables.so.1 libxtables.so.12 libip4tc.so.2 libip6tc.so.2; do
+for soname in libnftables.so.1; do
     path=$(libdir_of "$soname")
-    [ -n "$path" ] || die "$soname not found (install libnftables1 and iptables)"
+    [ -n "$path" ] || die "$soname not found (install libnftables1)"
     cp -L "$path" "$out/lib/$soname"
 done
-xt=$(dirname "$(libdir_of libxtables.so.12)")/xtables
-[ -d "$xt" ] && cp -a "$xt" "$out/lib/xtables"
-# python-iptables looks its libraries up by their development names.
-ln -sf libxtables.so.12 "$out/lib/libxtables.so"
-ln -sf libip4tc.so.2 "$out/lib/libip4tc.so"
-ln -sf libip6tc.so.2 "$out/lib/libip6tc.so"
 
 # The shared-library closure of every ELF file in the bundle, and the loader.
 find "$out" -type f \( -name '*.so*' -o -path "$out/bin/*" \) | while read -r elf; do

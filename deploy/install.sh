@@ -177,8 +177,7 @@ bundle_launcher() { # plugin bundle-dir -> launcher text; the bundle brings its 
 # $MARKER: $1 (deploy/install.sh, bundle)
 B="$2"
 PATH="$SYSTEM_PATH\${PATH:+:\$PATH}"
-IPTABLES_LIBDIR="\$B/lib" XTABLES_LIBDIR="\$B/lib/xtables"
-export PATH IPTABLES_LIBDIR XTABLES_LIBDIR
+export PATH
 exec "\$B/lib/ld-linux.so" --library-path "\$B/lib" "\$B/bin/python3" -I -S \\
     -c 'import sys; sys.path.insert(0, "'"\$B"'/site"); from $1.__main__ import main; main()' "\$@"
 EOF

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import os
-
 from common.log import Log
 from common.state import StateDir
-from portmap.config import Attachment, Options
+from portmap.config import Attachment, Options, looks_like_iptables
 from portmap.plan import Plan, UdpTargets
 
 # The interface both backends implement (for the type checker; nothing checks it at run
@@ -42,38 +40,26 @@ def nftables_usable() -> bool:
     return True
 
 
-def iptables_is_nft_variant() -> bool:
-    """Whether the `iptables` command on PATH is iptables-nft (Debian 12's default).
-
-    python-iptables drives libiptc, which writes the *legacy* xtables; iptables-nft does
-    not show those rules, so an operator running `iptables -t nat -L` sees nothing.
-    """
-    for d in [*os.environ.get("PATH", "").split(":"), "/usr/sbin", "/sbin"]:
-        path = os.path.join(d, "iptables")
-        if os.path.exists(path):
-            return "nft" in os.path.basename(os.path.realpath(path))
-    return False
-
-
 def make(name: str, sd: StateDir, log: Log) -> Backend:
     if name == "iptables":
-        from portmap.iptables import IptablesBackend
+        from portmap.xtables import XtablesBackend
 
-        if iptables_is_nft_variant():
-            log.warning(
-                "backend iptables writes the legacy xtables through libiptc, but `iptables` "
-                "here is iptables-nft: use iptables-legacy -t nat -S to see the rules"
-            )
-        return IptablesBackend(sd, log)
+        return XtablesBackend(sd, log)
     from portmap.nft import NftBackend
 
     return NftBackend(sd, log)
 
 
 def resolve(options: Options) -> str:
-    """The configured backend, or for auto: nftables where libnftables works."""
+    """The configured backend; for auto, iptables when the config uses what only iptables
+    has (externalSetMarkChain, iptables-style conditions: Go picks iptables for them, so
+    a config written for Go means the same here), else nftables where libnftables works."""
     if options.backend:
         return options.backend
+    if options.external_set_mark_chain or any(
+        looks_like_iptables(options.conditions(family)) for family in (4, 6)
+    ):
+        return "iptables"
     return "nftables" if nftables_usable() else "iptables"
 
 

@@ -629,6 +629,12 @@ def parse_options(body: JsonObject) -> Options:
             f"backend {backend!r} is unknown",
             "use 'nftables' or 'iptables', or leave it out to pick automatically",
         )
+    if backend == "nftables" and has_chain:  # Go: an error too, never silently ignored
+        raise invalid_config(
+            "externalSetMarkChain is an iptables option, but the backend is nftables",
+            'remove "backend" (externalSetMarkChain then selects iptables, as in Go) or '
+            "remove externalSetMarkChain",
+        )
     return Options(
         snat=body.boolean("snat", True),
         masq_all=body.boolean("masqAll", False),

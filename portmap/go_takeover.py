@@ -239,17 +239,15 @@ def _udp_target(family: int, rule: dict[str, Any]) -> UdpTargets:
 
 
 def _release_legacy(chain: str, families: list[int], sd: StateDir, log: Log) -> UdpTargets:
-    """The same as Go's teardown, through our libiptc backend: the jumps to `chain` in
-    CNI-HOSTPORT-DNAT, then the chain (each family in one commit)."""
-    from functools import partial
+    """The same as Go's teardown, through our iptables backend on the legacy variant: the
+    jumps to `chain` in CNI-HOSTPORT-DNAT, then the chain (each family in one commit)."""
+    from portmap.xtables import LOCK, XtablesBackend
 
-    from portmap.iptables import IptablesBackend, in_family_process
-
-    backend = IptablesBackend(sd, log)
+    backend = XtablesBackend(sd, log)
     targets: UdpTargets = []
-    with backend._locked():
-        for family in families:  # IPv6 first: see in_family_process
-            udp = in_family_process(family, partial(backend._delete_family, family, chain))
+    with sd.lock(LOCK):
+        for family in families:
+            udp = backend._delete_family("legacy", family, chain)
             targets += [(family, ip, port) for ip, port in udp]
     log.info(f"removed the Go portmap's chain {chain} from the legacy xtables, if there")
     return targets

@@ -17,17 +17,15 @@ _MAPPINGS = [{"hostPort": 9, "containerPort": 9, "protocol": p} for p in ("tcp",
 
 
 def preload() -> None:
-    from portmap import libnftables, netlink, nft, verbs  # noqa: F401 - loaded, not used here
-    from portmap.iptables import import_iptc
+    from portmap import libnftables, netlink, nft, verbs, xtables  # noqa: F401 - loaded, not used here
 
-    import_iptc()
     # Mapped once here, a worker's dlopen is a reference count (a context, which binds a
     # netlink socket to a namespace, is only ever made in the worker).
     libnftables.load()
 
 
 def rehearsal() -> list[tuple[str, dict[str, Any]]]:
-    # Never iptables: python-iptables keeps tables (and libiptc a socket) per process.
+    # Never iptables: its rehearsal would exec iptables-restore in every spare.
     conf = {"backend": "nftables", "runtimeConfig": {"portMappings": _MAPPINGS}}
     return [("ADD", conf), ("DEL", conf)]
 

@@ -29,7 +29,7 @@ def test_digests_equal_hashlib(data: bytes) -> None:
 DERIVE_EVERY_NAME = """
 import sys
 from portmap.config import Attachment
-from portmap.iptables import chain_name
+from portmap.xtables import chain_name
 from portmap.nft import Lane
 from bandwidth.plan import ifb_name
 from tuning.backup import BackupStore

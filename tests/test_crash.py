@@ -224,6 +224,7 @@ def recover(rig: Rig, kind: str, original: dict[str, str]) -> None:
 def rig(lab: Lab, request: pytest.FixtureRequest) -> Iterator[Rig]:
     plugin, backend = request.param
     lab.env["XTABLES_LOCKFILE"] = str(lab.workdir / "xtables.lock")  # not the machine's
+    lab.env["CNI_META_IPTABLES"] = "legacy"  # its residue is read from the legacy snapshot
     with fleet(lab.host, 1) as f:
         yield Rig(lab, f.members[0], plugin, backend)
 

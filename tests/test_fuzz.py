@@ -203,6 +203,8 @@ def make_world(lab: Lab, plugin: str) -> World:
     cwd.mkdir()
     # No allowlist: the machine's own /etc/cni/tuning/allowlist.conf must not decide.
     lab.env["CNI_TUNING_ALLOWLIST"] = str(lab.workdir / "no-allowlist.conf")
+    # The snapshots read (and tolerate the shared chains of) the legacy tables.
+    lab.env["CNI_META_IPTABLES"] = "legacy"
     world = World(
         lab=lab,
         plugin=plugin,
@@ -225,8 +227,8 @@ WARM_UP: dict[str, dict[str, Any]] = {
 
 def warm_up(world: World, prev: dict[str, Any]) -> None:
     """One ADD + DEL (portmap: per backend), so that the state dirs and lock files exist
-    before the baseline, and the legacy nat tables: libiptc creates a table in the kernel
-    the first time anyone reads it, which no reader can avoid."""
+    before the baseline, and the nat tables with the shared CNI-HOSTPORT-* chains that the
+    iptables backend leaves (as Go's portmap does)."""
     conf = {"cniVersion": "1.0.0", "name": fuzz.NETWORK, "type": world.plugin, "prevResult": prev}
     conf.update(WARM_UP[world.plugin])
     lab = world.lab

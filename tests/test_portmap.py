@@ -41,19 +41,25 @@ from tests.portmap_world import (
 pytestmark = pytest.mark.root
 
 PORTMAP = our("portmap")
-BACKENDS = ["nftables", "iptables"]
+# iptables-nft / iptables-legacy: the iptables backend forced to that variant
+BACKENDS = ["nftables", "iptables-nft", "iptables-legacy"]
 
 
 @pytest.fixture(params=BACKENDS)
-def backend(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
+def backend(request: pytest.FixtureRequest, lab: Lab) -> str:
+    name = str(request.param)
+    if name.startswith("iptables-"):
+        lab.env["CNI_META_IPTABLES"] = name.split("-")[1]
+        return "iptables"
+    return name
 
 
 def rules_text(lab: Lab, backend: str) -> str:
     if backend == "nftables":
         return lab.host.run("nft", "list", "ruleset", check=False)
-    text = lab.host.run("iptables-legacy-save", "-t", "nat", check=False) + lab.host.run(
-        "ip6tables-legacy-save", "-t", "nat", check=False
+    variant = lab.env["CNI_META_IPTABLES"]
+    text = lab.host.run(f"iptables-{variant}-save", "-t", "nat", check=False) + lab.host.run(
+        f"ip6tables-{variant}-save", "-t", "nat", check=False
     )
     lines = (re.sub(r"\[\d+:\d+\]", "", line) for line in text.splitlines())
     return "\n".join(line for line in lines if not line.startswith("#"))
@@ -430,6 +436,67 @@ def test_sigkill_mid_add_then_retry_and_clean_del(lab: Lab, backend: str) -> Non
         if backend == "nftables":
             assert not [c for c in comments(lab.host) if "killed" in c]
     assert not list((lab.state_root / "portmap").glob("*.json"))
+
+
+# ---------------------------------------------------------------------------- iptables variant
+
+
+def _nat(lab: Lab, variant: str) -> str:
+    return lab.host.run(f"iptables-{variant}-save", "-t", "nat", check=False)
+
+
+@pytest.mark.parametrize("populated", ["nft", "legacy", "neither"])
+def test_iptables_goes_to_the_variant_that_already_has_rules(lab: Lab, populated: str) -> None:
+    """Like kube-proxy's iptables-wrapper: the variant whose nat table has more rules, else
+    the host's own `iptables`; DEL finds the rules where ADD put them."""
+    if populated != "neither":  # what kube-proxy (or the Go portmap) left in that variant
+        lab.host.run(f"iptables-{populated}", "-t", "nat", "-N", "KUBE-SERVICES")
+        lab.host.run(f"iptables-{populated}", "-t", "nat", "-A", "PREROUTING", "-j",
+                     "KUBE-SERVICES")  # fmt: skip
+        expected = populated
+    else:
+        expected = "nft" if "nf_tables" in lab.host.run("iptables", "-V") else "legacy"
+    other = "legacy" if expected == "nft" else "nft"
+    w = make_world(lab, backend="iptables")
+    w.attach(lab.ctr, "8080:80/tcp")
+    assert "CNI-HOSTPORT-DNAT" in _nat(lab, expected)
+    with echo_server(lab.ctr, 80, "tcp", "ctr"):
+        assert reaches(w.ext, HOST4, 8080, "tcp") == b"ctr:ping"
+    if other == "nft" or "nat" in lab.host.run("cat", "/proc/net/ip_tables_names"):
+        assert "CNI-HOSTPORT-DNAT" not in _nat(lab, other)  # (legacy-save would make a table)
+    w.detach(lab.ctr)
+    assert "CNI-DN-" not in _nat(lab, expected)
+    assert "KUBE-SERVICES" in _nat(lab, expected) or populated == "neither"
+
+
+def test_external_set_mark_chain_without_backend_means_iptables_and_uses_the_chain(
+    lab: Lab,
+) -> None:
+    """A config written for Go with kube-proxy's mark chain: no backend key, so iptables
+    (as Go), on the host's `iptables`, marking through KUBE-MARK-MASQ, whose masquerade
+    is kube-proxy's (our CNI-HOSTPORT-SETMARK/MASQ are not made)."""
+    ipt = ("iptables", "-t", "nat")
+    lab.host.run(*ipt, "-N", "KUBE-MARK-MASQ")
+    lab.host.run(*ipt, "-A", "KUBE-MARK-MASQ", "-j", "MARK", "--or-mark", "0x4000")
+    lab.host.run(*ipt, "-N", "KUBE-POSTROUTING")
+    lab.host.run(*ipt, "-A", "KUBE-POSTROUTING", "-m", "mark", "--mark", "0x4000/0x4000",
+                 "-j", "MASQUERADE")  # fmt: skip
+    lab.host.run(*ipt, "-A", "POSTROUTING", "-j", "KUBE-POSTROUTING")
+    w = make_world(lab, externalSetMarkChain="KUBE-MARK-MASQ")
+    ctr = lab.ctr
+    w.attach(ctr, "8080:80/tcp")
+    rules = lab.host.run("iptables-save", "-t", "nat")
+    assert "-j KUBE-MARK-MASQ" in rules and "CNI-HOSTPORT-DNAT" in rules
+    assert "CNI-HOSTPORT-SETMARK" not in rules and "CNI-HOSTPORT-MASQ" not in rules
+    assert lab.host.run("nft", "list", "tables", check=False).count("cni_meta_portmap") == 0
+    with echo_server(ctr, 80, "tcp", "ctr"):
+        # localhost and hairpin only work when kube-proxy's chain marks them
+        assert reaches(lab.host, "127.0.0.1", 8080, "tcp") == b"ctr:ping"
+        assert reaches(ctr, HOST4, 8080, "tcp") == b"ctr:ping"
+    counters = lab.host.run(*ipt, "-L", "KUBE-MARK-MASQ", "-n", "-v", "-x")
+    assert int(counters.splitlines()[2].split()[0]) >= 2  # packets through the mark chain
+    w.detach(ctr)
+    assert "CNI-DN-" not in lab.host.run("iptables-save", "-t", "nat")
 
 
 def test_nft_elements_name_their_owner(lab: Lab, backend: str) -> None:

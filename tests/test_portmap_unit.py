@@ -241,3 +241,90 @@ def test_udp_targets_come_from_claims() -> None:
         nft.Element("any4", "udp . 53", "10.0.0.1 . 53"),
     ]
     assert nft.udp_targets(elements) == [(4, None, 53), (6, "fd00::1", 54)]
+
+
+# ---------------------------------------------------------------------------- backend choice
+
+
+def test_iptables_only_keys_choose_iptables_when_no_backend_is_given() -> None:
+    from portmap.backend import resolve
+
+    assert resolve(parsed([], externalSetMarkChain="KUBE-MARK-MASQ").options) == "iptables"
+    assert resolve(parsed([], conditionsV4=["-m", "addrtype", "--src-type", "LOCAL"]).options) == (
+        "iptables"
+    )
+    assert resolve(parsed([], conditionsV6=["!", "-s", "fd00::/8"]).options) == "iptables"
+    assert resolve(parsed([], backend="nftables", conditionsV4=["-s", "10.0.0.0/8"]).options) == (
+        "nftables"  # asked for: translated (-s/-d/-i), or error 7 naming the condition
+    )
+
+
+def test_external_set_mark_chain_with_nftables_is_error_7_saying_what_to_change() -> None:
+    e = error_of([], backend="nftables", externalSetMarkChain="KUBE-MARK-MASQ")
+    assert e.code == 7 and "externalSetMarkChain" in e.msg and 'remove "backend"' in e.details
+
+
+# ---------------------------------------------------------------------------- iptables-restore
+
+
+def test_saved_rules_split_into_words_like_iptables_restore_reads_them() -> None:
+    from portmap import xtables
+
+    line = '-A X -p tcp -m comment --comment "portmap t1 a/b" -j CNI-DN-1'
+    assert xtables.split_words(line)[6:9] == ["--comment", "portmap t1 a/b", "-j"]
+    go = r'-A X -m comment --comment "dnat name: \"net\" id: \"c1\"" -j Y'
+    assert xtables.split_words(go)[5] == 'dnat name: "net" id: "c1"'
+    jump = xtables.Jump('-A CNI-HOSTPORT-DNAT -d 192.0.2.1/32 -p udp -m udp --dport 53:55 '
+                        '-m comment --comment "portmap t1-x n/c/eth0" -j CNI-DN-1')  # fmt: skip
+    assert (jump.host_ip, jump.protocol, jump.dports, jump.owner, jump.target) == (
+        "192.0.2.1", "udp", (53, 55), "t1-x", "CNI-DN-1")  # fmt: skip
+    assert jump.delete().startswith("-D CNI-HOSTPORT-DNAT -d 192.0.2.1/32")
+    assert xtables.quote('a "b" \\') == '"a \\"b\\" \\\\"'
+
+
+@pytest.mark.parametrize(
+    "condition",
+    [
+        ["-j", "ACCEPT"],
+        ["-m", "tcp", "--jump", "ACCEPT"],
+        ["-m", "tcp", "--ju", "ACCEPT"],
+        ["-s", "-jACCEPT"],
+        ["-m", "tcp", "--syn"],
+        ["--table", "filter"],
+        ["-g", "X"],
+        ["-m", "x y", "--a", "b"],
+    ],
+)
+def test_iptables_conditions_can_only_narrow_the_jump(condition: list[str]) -> None:
+    from portmap import xtables
+
+    with pytest.raises(CniError) as e:
+        xtables.conditions(tuple(condition))
+    assert e.value.code == 7
+
+
+def test_iptables_restore_lines_of_an_add() -> None:
+    from portmap import xtables
+
+    config = parsed([{"hostPort": 8080, "containerPort": 80, "hostIP": "192.0.2.1"}],
+                    conditionsV4=["!", "-s", "10.1.0.0/16"], backend="iptables")  # fmt: skip
+    plan = make_plan(config, ATT, config_prev(), "iptables")
+    fp = plan.families[0]
+    lines = xtables.installation(xtables.NatTable(""), fp, plan)
+    name = xtables.chain_name(ATT)
+    assert lines[:3] == [
+        "-N CNI-HOSTPORT-SETMARK",
+        '-A CNI-HOSTPORT-SETMARK -m comment --comment "CNI portfwd masquerade mark" '
+        "-j MARK --set-xmark 0x2000/0x2000",
+        "-N CNI-HOSTPORT-MASQ",
+    ]
+    assert f"-A {name} -s 10.88.0.0/16 -d 192.0.2.1/32 -p tcp -m tcp --dport 8080 " \
+        "-j CNI-HOSTPORT-SETMARK" in lines  # fmt: skip
+    assert f"-A {name} -d 192.0.2.1/32 -p tcp -m tcp --dport 8080 -j DNAT " \
+        "--to-destination 10.88.0.5:80" in lines  # fmt: skip
+    assert lines[-1].startswith("-I CNI-HOSTPORT-DNAT -d 192.0.2.1/32 -p tcp -m tcp --dport "
+                                "8080 ! -s 10.1.0.0/16 -m comment --comment")  # fmt: skip
+
+
+def config_prev() -> Any:
+    return conf([]).prev_result

@@ -424,9 +424,10 @@ def fuzz_ifb_alias(attached: Attached) -> str:
 
 
 def nat_rules(attached: Attached) -> tuple[str, str]:
-    """(IPv4, IPv6) legacy nat dumps, DNAT targets only."""
+    """(IPv4, IPv6) nat dumps of the host's iptables variant (where the iptables backend
+    writes in an empty netns), DNAT targets only."""
     out = []
-    for tool in ("iptables-legacy-save", "ip6tables-legacy-save"):
+    for tool in ("iptables-save", "ip6tables-save"):
         text = attached.lab.host.run(tool, "-t", "nat", check=False)
         out.append("\n".join(line for line in text.splitlines() if "DNAT" in line))
     return out[0], out[1]

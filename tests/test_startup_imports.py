@@ -10,10 +10,9 @@ than its recorded budget (counted beyond what the bare launcher has). A new impo
 call path is then a conscious decision: raise the budget below in the same commit, saying
 why.
 
-pyroute2 (netlink) and python-iptables (`iptc`, the iptables backend) import some of the
-heavy ones themselves (`pyroute2.netlink` imports typing, logging, threading and
-traceback; `pyroute2.config` multiprocessing, platform and re; `tcmsg`'s classifiers
-dataclasses and inspect; iptc subprocess, re and sysconfig). Those are tolerated where
+pyroute2 (netlink) imports some of the heavy ones itself (`pyroute2.netlink` imports
+typing, logging, threading and traceback; `pyroute2.config` multiprocessing, platform and
+re; `tcmsg`'s classifiers dataclasses and inspect). Those are tolerated where
 `-X importtime` shows one of these libraries importing them first, and counted in the
 budget; the same module imported first by our code fails.
 """
@@ -63,28 +62,27 @@ HEAVY = (
     "pkg_resources",
 )
 
-# The libraries the plugins are built on: heavy modules they import themselves are theirs.
-# ctypes.util counts as python-iptables': iptc finds its C libraries with it, and
-# portmap.iptables.import_iptc imports it first to spare that search.
-LIBRARIES = ("pyroute2", "iptc", "ctypes.util")
+# The library the plugins are built on: heavy modules it imports itself are its own.
+LIBRARIES = ("pyroute2",)
 
 # A verb loads the netlink messages it sends and the firewall library of the backend in
 # use, nothing more.
 NOT_FOR = {
-    "tuning": ("pyroute2.netlink.rtnl.tcmsg", "nftables", "iptc"),
-    "portmap-nftables": ("iptc", "pyroute2"),
-    "portmap-iptables": ("nftables", "pyroute2"),
-    "bandwidth": ("nftables", "iptc"),
+    "tuning": ("pyroute2.netlink.rtnl.tcmsg", "portmap", "bandwidth"),
+    "portmap-nftables": ("portmap.xtables", "pyroute2"),
+    "portmap-iptables": ("portmap.libnftables", "pyroute2"),
+    "bandwidth": ("portmap", "tuning"),
 }
 
 # Modules imported beyond the bare launcher's, per plugin and verb (Python 3.11, pyroute2
-# 0.9.7, python-iptables 1.0). Raise one only for an import the verb really needs. Where
+# 0.9.7). Raise one only for an import the verb really needs. Where
 # the counts go: VERSION is the plugin, common.fastpath, skel, jsontext, versions and
 # errors (not even os); portmap with nftables adds its own modules (portmap.libnftables,
 # the one binding of libnftables, among them), os, ipaddress, ctypes and contextlib;
-# iptables adds python-iptables (~55 modules: ctypes.util, subprocess, sysconfig, re,
-# distutils); tuning adds pyroute2's link messages (~70 with what pyroute2 imports:
-# typing, logging, threading, multiprocessing, platform, re); bandwidth adds tcmsg and
+# iptables adds portmap.xtables, which runs iptables-restore/-save through posix_spawn
+# (no subprocess module), and portmap.netlink for the UDP conntrack flush; tuning adds
+# pyroute2's link messages (~70 with what pyroute2 imports: typing, logging, threading,
+# multiprocessing, platform, re); bandwidth adds tcmsg and
 # its qdisc and classifier modules on top (~55 more, dataclasses and inspect among them).
 BUDGET = {
     ("portmap", "VERSION"): 11,
@@ -93,9 +91,9 @@ BUDGET = {
     ("portmap-nftables", "ADD"): 55,
     ("portmap-nftables", "CHECK"): 55,
     ("portmap-nftables", "DEL"): 54,
-    ("portmap-iptables", "ADD"): 108,
-    ("portmap-iptables", "CHECK"): 108,
-    ("portmap-iptables", "DEL"): 108,
+    ("portmap-iptables", "ADD"): 52,
+    ("portmap-iptables", "CHECK"): 52,
+    ("portmap-iptables", "DEL"): 52,
     ("bandwidth", "ADD"): 180,
     ("bandwidth", "CHECK"): 179,
     ("bandwidth", "DEL"): 177,
