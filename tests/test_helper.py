@@ -504,7 +504,10 @@ def test_the_privileges_compared_are_read_from_the_caller_itself() -> None:
                            "sleep", "30"]) as p:  # fmt: skip
         try:
             pidfd = os.pidfd_open(p.pid)
-            wait_for(lambda: "sleep" in Path(f"/proc/{p.pid}/cmdline").read_text())
+            # setpriv's own command line names sleep too: wait for the exec (argv[0]), after
+            # which the privileges it set are in force
+            cmdline = Path(f"/proc/{p.pid}/cmdline")
+            wait_for(lambda: cmdline.read_bytes().split(b"\0")[0] == b"sleep")
             caller = h.caller_privileges(pidfd)
             own = h._privileges("/proc/self")
             assert caller["NoNewPrivs"] == "1" and own["NoNewPrivs"] == "0"
