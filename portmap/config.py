@@ -545,7 +545,8 @@ def check_iptables_conditions(tokens: tuple[str, ...], family: int, where: str) 
                 raise refuse(f"match module {value!r} is not allowed")
             module = value
         elif opt in _IPT_MATCHES.get(module, ()):
-            if not set(value) <= _IPT_VALUE_CHARS:
+            # a value that starts like an option could be read as one of iptables' own
+            if not set(value) <= _IPT_VALUE_CHARS or value.startswith("-"):
                 raise refuse(f"{value!r} after {opt} is not a plain value")
         else:
             raise refuse(f"{opt!r} is not an allowed condition")
@@ -635,13 +636,21 @@ def parse_options(body: JsonObject) -> Options:
             'remove "backend" (externalSetMarkChain then selects iptables, as in Go) or '
             "remove externalSetMarkChain",
         )
+    conditions = {key: _parse_conditions(body, key) for key in ("conditionsV4", "conditionsV6")}
+    for key, parsed in conditions.items():
+        if backend == "iptables" and parsed and not looks_like_iptables(parsed):
+            raise invalid_config(
+                f"{body.path(key)} is in nft syntax, but the backend is iptables",
+                "write it as iptables arguments (e.g. ['!', '-s', '10.0.0.0/8']), or remove "
+                '"backend" to use nftables',
+            )
     return Options(
         snat=body.boolean("snat", True),
         masq_all=body.boolean("masqAll", False),
         mark_masq_bit=bit,
         external_set_mark_chain=chain,
-        conditions_v4=_parse_conditions(body, "conditionsV4"),
-        conditions_v6=_parse_conditions(body, "conditionsV6"),
+        conditions_v4=conditions["conditionsV4"],
+        conditions_v6=conditions["conditionsV6"],
         backend=backend,
     )
 

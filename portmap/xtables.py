@@ -416,48 +416,11 @@ def entry(target: str) -> Words:
     return ["-m", "comment", "--comment", "CNI portfwd requiring masquerade", "-j", target]
 
 
-# iptables' own long options: getopt takes any unambiguous prefix of them, so a match
-# option in a condition must not be one (`--jump`, `--ju`, `--goto` would replace our
-# target, `--table` the table).
-_GENERAL = ("--append", "--check", "--delete", "--insert", "--replace", "--list",
-            "--list-rules", "--flush", "--zero", "--new-chain", "--delete-chain", "--policy",
-            "--rename-chain", "--protocol", "--source", "--src", "--destination", "--dst",
-            "--jump", "--goto", "--in-interface", "--out-interface", "--fragment", "--table",
-            "--match", "--numeric", "--exact", "--line-numbers", "--modprobe",
-            "--set-counters", "--verbose", "--wait", "--wait-interval", "--ipv4", "--ipv6",
-            "--version", "--help")  # fmt: skip
-_ADDRESS_OPTIONS = ("-s", "--source", "--src", "-d", "--destination", "--dst")
-_INTERFACE_OPTIONS = ("-i", "--in-interface", "-o", "--out-interface")
-
-
 def conditions(tokens: tuple[str, ...]) -> Words:
-    """iptables argv conditions (`[!] -s/-d/-i/-o X`, `-m NAME [!] --opt V`), checked so
-    that they can only narrow the jump: every option takes one value, no value looks like
-    an option, and no match option can stand for one of iptables' own."""
-    out: Words = []
-    i, match = 0, False
-    while i < len(tokens):
-        neg = tokens[i] == "!"
-        opt = tokens[i + 1] if neg and i + 1 < len(tokens) else tokens[i]
-        value = tokens[i + 2] if neg and i + 2 < len(tokens) else ""
-        if not neg:
-            value = tokens[i + 1] if i + 1 < len(tokens) else ""
-        ok = bool(value) and not value.startswith(("-", "!"))
-        if opt == "-m" or opt == "--match":
-            ok = ok and not neg and value.replace("_", "").isalnum()
-            match = True
-        elif opt.startswith("--") and opt not in _ADDRESS_OPTIONS + _INTERFACE_OPTIONS:
-            ok = ok and match and not any(g.startswith(opt) for g in _GENERAL)
-        elif opt not in _ADDRESS_OPTIONS + _INTERFACE_OPTIONS:
-            ok = False
-        if not ok:
-            raise invalid_config(
-                f"cannot use iptables condition {' '.join(tokens)[:80]!r} (at {opt!r})",
-                "conditions are [!] -s/-d/-i/-o VALUE or -m MATCH [!] --option VALUE",
-            )
-        out += ["!", opt, value] if neg else [opt, value]
-        i += 3 if neg else 2
-    return out
+    """iptables argv conditions as rule words. They were held to an allowlist of plain
+    matches when the config was parsed (portmap.config.check_iptables_conditions): address
+    and interface options and side-effect-free match modules, with plain values only."""
+    return list(tokens)
 
 
 # ---------------------------------------------------------------------------- changes
