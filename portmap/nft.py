@@ -400,11 +400,16 @@ class Nft:
 
     def __init__(self) -> None:
         try:
-            context = libnftables.Context()
+            self.context = libnftables.Context()
         except OSError as e:
             raise CniError(STATUS_UNAVAILABLE, "libnftables cannot be loaded", str(e)) from None
-        self.set_json_output = context.set_json_output
-        self.run = context.run
+
+    def set_json_output(self, on: bool) -> None:
+        self.context.set_json_output(on)
+
+    def run(self, text: str) -> tuple[int, str, str]:
+        """(return code, output, error text) of one nft command batch."""
+        return self.context.run(text)
 
     def must(self, lines: list[str], what: str) -> str:
         rc, out, err = self.run("\n".join(lines))

@@ -261,7 +261,7 @@ def test_our_check_of_a_go_pod_says_what_is_missing(lab: Lab) -> None:
 FORGET_OUR_MAPPINGS = {
     "nftables": "nft delete table inet cni_meta_portmap",
     "iptables": """
-for ipt in iptables-legacy ip6tables-legacy; do
+for ipt in iptables-nft ip6tables-nft iptables-legacy ip6tables-legacy; do
   $ipt-save -t nat | grep -e '^-A CNI-HOSTPORT-DNAT .* --comment "portmap ' |
   while read -r rule; do
     eval "$ipt -t nat -D ${rule#-A }"
@@ -293,12 +293,13 @@ def test_go_del_of_our_pod_leaves_our_mappings_and_the_readme_commands_remove_th
     # from our backup file (same name, Go's keys) and removes it; the port mapping stays.
     left = leftovers(lab, "ourpod", address)
     assert not [x for x in left if x.startswith(("ip link", "tuning backup"))], left
-    assert [x for x in left if "nft:" in x or "legacy" in x], left
+    assert [x for x in left if x.startswith(("nft:", "iptables", "ip6tables"))], left
 
     lab.host.run("sh", "-c", FORGET_OUR_MAPPINGS[backend])
 
     assert leftovers(lab, "ourpod", address) == []
-    assert "portmap" not in lab.host.run("iptables-legacy-save", "-t", "nat", check=False)
+    for save in ("iptables-nft-save", "iptables-legacy-save"):
+        assert "portmap" not in lab.host.run(save, "-t", "nat", check=False)
     pod = lab.new_netns("gonew")
     go_chain(lab).run("add", str(conf), pod.path, "--container-id", "gonew", "--port",
                       f"{PORT}:80/tcp")  # fmt: skip

@@ -26,13 +26,12 @@ def test_helper_preload_loads_every_module_the_verbs_import() -> None:
     wanted = {
         "portmap.verbs",
         "portmap.nft",
-        "portmap.iptables",
+        "portmap.xtables",
         "portmap.netlink",
         "bandwidth.verbs",
         "bandwidth.tc",
         "tuning.verbs",
         "tuning.apply",
-        "iptc",
     }
     assert wanted - loaded == set()
 

@@ -1000,7 +1000,8 @@ class Snapshotter:
         snap: dict[str, Any] = {
             "host": _netns_view(self.host),
             "ctr": _netns_view(self.ctr),
-            "nft": json.loads(self.host.run("nft", "-j", "list", "ruleset") or "{}"),
+            # -s: counters are traffic, not state (iptables-nft counts every rule)
+            "nft": json.loads(self.host.run("nft", "-s", "-j", "list", "ruleset") or "{}"),
             "state": tree(self.state_root),
         }
         if self.plugin == "portmap":
