@@ -351,15 +351,16 @@ def test_a_data_dir_someone_else_owns_is_refused_before_any_write(
     from tuning.backup import Backup, BackupStore
 
     store = BackupStore(str(planted_dir(tmp_path, TUNING_FILES)))
+    owner = Backup(network="net", container_id="ctr", ifname="eth0")
     with pytest.raises(CniError) as e:
         if step == "lock":
             with store.lock():
                 pass
         elif step == "save":
-            store.save("ctr", "eth0", Backup(mtu=1500))
+            store.save(owner, Backup(mtu=1500))
         else:
             with store.lock():
-                store.load("ctr", "eth0")
+                store.load(owner)
     assert e.value.code == 7, e.value
     assert f"belongs to uid {NOBODY}" in e.value.msg and "dataDir" in e.value.details
     targets_unchanged(tmp_path)
@@ -372,7 +373,8 @@ def test_a_data_dir_others_can_write_is_refused_and_not_re_moded(tmp_path: Path,
 
     d = planted_dir(tmp_path, TUNING_FILES, owner=0, mode=mode)
     with pytest.raises(CniError) as e:
-        BackupStore(str(d)).save("ctr", "eth0", Backup(mtu=1500))
+        owner = Backup(network="net", container_id="ctr", ifname="eth0")
+        BackupStore(str(d)).save(owner, Backup(mtu=1500))
     assert e.value.code == 7 and "writable by" in e.value.msg, e.value
     assert d.stat().st_mode & 0o7777 == mode  # a shared /tmp is not chmod-ed either
     targets_unchanged(tmp_path)
