@@ -150,7 +150,9 @@ def test_element_keys_read_back_from_a_state_file_must_be_plain() -> None:
         ["claims4", "10.0.0.1 . tcp . 1\nflush ruleset"],
         ["claims4 } ", "1"],
     ]
-    kept = nft._state_elements({"backend": "nftables", "objects": objects})
+    from portmap.state import Recorded
+
+    kept = nft._state_elements(Recorded.from_json({"backend": "nftables", "objects": objects}))
     assert kept is not None
     assert [[e.set, e.key] for e in kept] == objects[:3]
 
