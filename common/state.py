@@ -63,11 +63,6 @@ TMP_SUFFIX = ".tmp"  # <name>.tmp: the replacement being written (see write_json
 _NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def state_root(environ: dict[str, str] | None = None) -> str:
-    env = os.environ if environ is None else environ
-    return env.get(ROOT_ENV) or DEFAULT_ROOT
-
-
 def plugin_dir(plugin: str, environ: Mapping[str, str] | None = None, default: str = "") -> str:
     """<state root>/<plugin>; `default` instead when CNI_META_STATE_ROOT is not set (tuning
     keeps Go's /run/cni/tuning)."""
@@ -114,10 +109,6 @@ class StateDir:
 
     def __init__(self, directory: str) -> None:
         self.directory = directory
-
-    @classmethod
-    def for_plugin(cls, plugin: str, root: str | None = None) -> StateDir:
-        return cls(os.path.join(root or state_root(), plugin))
 
     def ensure(self) -> None:
         """Create the directory if needed, then check it (see `check`)."""
