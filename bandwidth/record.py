@@ -1,10 +1,11 @@
-"""Per-attachment state file: where an attachment was shaped and what it created there.
+"""bandwidth's entry in the attachment store: where an attachment was shaped and what it
+created there.
 
 The kernel alone cannot tell DEL whether the ingress qdisc on a host veth was made by us
 or was already there (someone else's, to be kept), nor which device was shaped once the
-prevResult is gone. One small JSON file per attachment records it, under
-<state root>/bandwidth/ (see common.state). The ifb additionally carries its owner in
-its alias, so GC still finds leftovers when a state file is lost.
+prevResult is gone. The store (common.state) keeps one Record per attachment, under
+<state root>/bandwidth/. The ifb additionally carries its owner in its alias, so GC still
+finds leftovers when a state file is lost.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from bandwidth.model import CONTAINER, HOST
 from bandwidth.plan import Ownership
 from common import jsontext as json
 from common.digest import sha256_hex
-from common.state import StateDir
+from common.state import AttachmentStore, plugin_dir
 from common.values import Value
 
 TYPE_CHECKING = False
@@ -23,15 +24,8 @@ if TYPE_CHECKING:
 PLUGIN = "bandwidth"
 
 
-def state_dir() -> StateDir:
-    return StateDir.for_plugin(PLUGIN)
-
-
-def file_name(network: str, container_id: str, ifname: str) -> str:
-    # Hashed: network names and container ids may both contain "_", so joining them
-    # would not be unambiguous; the file itself holds the clear names.
-    key = json.dumps([network, container_id, ifname]).encode()
-    return sha256_hex(key)[:40] + ".json"
+def store() -> AttachmentStore:
+    return AttachmentStore(plugin_dir(PLUGIN), Record)
 
 
 class Record(Value):
@@ -79,9 +73,12 @@ class Record(Value):
         self.ifb = ifb
         self.ownership = ownership
 
-    @property
-    def file(self) -> str:
-        return file_name(self.network, self.container_id, self.ifname)
+    @staticmethod
+    def file_name(network: str, container_id: str, ifname: str) -> str:
+        # Hashed: network names and container ids may both contain "_", so joining them
+        # would not be unambiguous; the file itself holds the clear names.
+        key = json.dumps([network, container_id, ifname]).encode()
+        return sha256_hex(key)[:40] + ".json"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -119,23 +116,3 @@ class Record(Value):
         except (KeyError, TypeError, ValueError):
             return None
         return record if record.mode in (HOST, CONTAINER) else None
-
-
-def load(states: StateDir, network: str, container_id: str, ifname: str) -> Record | None:
-    record = Record.from_json(states.read_json(file_name(network, container_id, ifname)))
-    if record is None or (record.network, record.container_id, record.ifname) != (
-        network,
-        container_id,
-        ifname,
-    ):
-        return None
-    return record
-
-
-def all_records(states: StateDir) -> list[Record]:
-    out = []
-    for name in states.names():
-        record = Record.from_json(states.read_json(name))
-        if record is not None and record.file == name:
-            out.append(record)
-    return out

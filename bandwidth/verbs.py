@@ -29,7 +29,7 @@ from common.errors import (
     CniError,
     invalid_config,
 )
-from common.gc import AttachmentId, stamps, valid_attachments, written_since
+from common.gc import AttachmentId, valid_attachments
 from common.netns import exists
 from common.result import Interface, Result
 from common.skel import Request
@@ -127,14 +127,14 @@ def add(request: Request) -> Result | None:
     if not cfg.shapes_anything:
         return None  # nothing to shape: pass prevResult through, like upstream
     ifb, alias = _names(request)
-    states = record.state_dir()
+    states = record.store()
     with ExitStack() as stack:
         where = _locate_and_plan(request, cfg, stack)
         device, sock = where.placement.device, where.sock
         for note in where.plan.notes:
             request.log.warning(note)
         with states.lock():
-            previous = record.load(states, request.network, request.container_id, request.ifname)
+            previous: Record | None = states.load(request)
             owned = Ownership()
             if previous is not None and previous.device_index == device.index:
                 owned = previous.ownership
@@ -154,18 +154,18 @@ def add(request: Request) -> Result | None:
             )
             # Written before the kernel changes: whatever happens next, DEL knows what
             # this attachment may have created.
-            states.write_json(new.file, new.to_json())
+            states.save(request, new)
             try:
                 sock.apply(result.actions, device)
             except CniError:
                 # The record goes only once the undo worked: otherwise DEL still needs it
                 # to know what this attachment owns (e.g. the tbf on the host veth).
                 if _undo(sock, device, new, request):
-                    states.remove(new.file)
+                    states.forget(request)
                 raise
             # Rewritten once done: a GC that started meanwhile sees a new file and leaves
             # this attachment to the next GC (see common/gc.py).
-            states.write_json(new.file, new.to_json())
+            states.save(request, new)
             done = ", ".join(type(a).__name__ for a in result.actions) or "nothing to change"
             request.log.info(f"shaping on {where.placement.mode} device {device.name}: {done}")
         ifb_link = sock.link(ifb) if where.plan.ifb is not None else None
@@ -259,12 +259,12 @@ def delete(request: Request) -> None:
     from bandwidth import tc
 
     ifb, alias = _names(request)
-    states = record.state_dir()
+    states = record.store()
     with states.lock(), tc.rtnl() as host:
-        rec = record.load(states, request.network, request.container_id, request.ifname)
+        rec = states.load(request)
         _teardown(host, rec, request.netns, request.ifname, ifb=ifb, alias=alias)
         if rec is not None:
-            states.remove(rec.file)
+            states.forget(request)
 
 
 def gc(request: Request) -> None:
@@ -273,21 +273,17 @@ def gc(request: Request) -> None:
 
     valid = valid_attachments(request.conf.body)
     network = request.network
-    states = record.state_dir()
-    before = stamps(states.directory)
+    states = record.store()
+    before = states.stamps()
     with states.lock(), tc.rtnl() as host:
-        in_flight = written_since(states.directory, before)
-        for rec in record.all_records(states):
-            att = AttachmentId(rec.container_id, rec.ifname)
-            if rec.network != network or att in valid:
-                continue
-            if rec.file in in_flight:
-                valid.add(att)  # its ifb too, below
-                request.log.info(f"gc: kept {rec.container_id}/{rec.ifname}: its ADD was running")
-                continue
+        stale, in_flight = states.sweep(network, valid, before)
+        for rec in in_flight:
+            valid.add(AttachmentId(rec.container_id, rec.ifname))  # its ifb too, below
+            request.log.info(f"gc: kept {rec.container_id}/{rec.ifname}: its ADD was running")
+        for rec in stale:
             alias = ifb_alias(rec.network, rec.container_id, rec.ifname)
             _teardown(host, rec, "", rec.ifname, ifb=rec.ifb, alias=alias)
-            states.remove(rec.file)
+            states.forget(rec)
             request.log.info(f"gc: removed shaping of {rec.container_id}/{rec.ifname}")
         # ifbs whose state file is gone still name their owner in their alias.
         for link in host.links():
@@ -346,6 +342,6 @@ def status(request: Request) -> None:
             raise ImportError("pyroute2 is not installed")
         tc.read_psched()
         tc.netlink_answers()
-        record.state_dir().ensure()
+        record.store().ensure()
     except Exception as e:  # whatever stops us from serving an ADD
         raise CniError(STATUS_UNAVAILABLE, "bandwidth cannot shape traffic here", str(e)) from e

@@ -1,8 +1,14 @@
-"""Per-plugin state files: atomic writes, restrictive modes, and a lock with a deadline.
+"""The attachment store: what each plugin remembers per attachment between ADD and DEL.
 
-Layout: <root>/<plugin>/ (mode 0700) holding JSON files (mode 0600). The root defaults to
-/run/cni/meta-plugins (tmpfs: state does not outlive a reboot, and neither do the netns,
-links and rules it describes); CNI_META_STATE_ROOT overrides it, which the tests use.
+One JSON file (mode 0600) per attachment in a directory (mode 0700), written atomically,
+read and written under a lock with a deadline, and swept by GC the same way for every
+plugin (AttachmentStore). What a plugin keeps, and how it spells it, is its codec: the
+entry class it gives the store.
+
+Layout: <root>/<plugin>/. The root defaults to /run/cni/meta-plugins (tmpfs: state does
+not outlive a reboot, and neither do the netns, links and rules it describes);
+CNI_META_STATE_ROOT overrides it, which the tests use. tuning's directory is its dataDir
+(Go's /run/cni/tuning unless the config or CNI_META_STATE_ROOT says otherwise).
 
 What stays after every attachment is DELed: the plugin dirs and one empty lock file per
 kind of lock (`lock`, `nftables.lock`, `iptables.lock`, `tuning.lock`; see StateDir.lock
@@ -23,8 +29,30 @@ from common.errors import IO_FAILURE, TRY_AGAIN_LATER, CniError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterator
-    from typing import Any
+    from collections.abc import Iterator, Mapping
+    from typing import Any, Protocol
+
+    from common.gc import AttachmentId
+
+    class Owner(Protocol):
+        """Whose entry: a Request, an entry itself, or any (network, container, ifname)."""
+
+        @property
+        def network(self) -> str: ...
+        @property
+        def container_id(self) -> str: ...
+        @property
+        def ifname(self) -> str: ...
+
+    class Codec(Protocol):
+        """A plugin's entry class: what it keeps for one attachment, to and from JSON."""
+
+        @staticmethod
+        def file_name(network: str, container_id: str, ifname: str) -> str: ...
+        @classmethod
+        def from_json(cls, raw: Any) -> Any: ...  # an entry, or None for a foreign file
+
+    Stamps = dict[str, tuple[int, int]]
 
 DEFAULT_ROOT = "/run/cni/meta-plugins"
 ROOT_ENV = "CNI_META_STATE_ROOT"
@@ -35,9 +63,13 @@ TMP_SUFFIX = ".tmp"  # <name>.tmp: the replacement being written (see write_json
 _NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def state_root(environ: dict[str, str] | None = None) -> str:
-    env = os.environ if environ is None else environ
-    return env.get(ROOT_ENV) or DEFAULT_ROOT
+def plugin_dir(plugin: str, environ: Mapping[str, str] | None = None, default: str = "") -> str:
+    """<state root>/<plugin>; `default` instead when CNI_META_STATE_ROOT is not set (tuning
+    keeps Go's /run/cni/tuning)."""
+    root = (os.environ if environ is None else environ).get(ROOT_ENV)
+    if not root and default:
+        return default
+    return os.path.join(root or DEFAULT_ROOT, plugin)
 
 
 def safe_file_name(*parts: str) -> str:
@@ -73,13 +105,10 @@ class StateDir:
     refusal_code = IO_FAILURE
     # Re-mode a looser directory of ours to 0700 (never one named by the config).
     private = True
+    lock_name = "lock"
 
     def __init__(self, directory: str) -> None:
         self.directory = directory
-
-    @classmethod
-    def for_plugin(cls, plugin: str, root: str | None = None) -> StateDir:
-        return cls(os.path.join(root or state_root(), plugin))
 
     def ensure(self) -> None:
         """Create the directory if needed, then check it (see `check`)."""
@@ -228,7 +257,7 @@ class StateDir:
             return []
 
     @contextmanager
-    def lock(self, name: str = "lock", timeout: float | None = None) -> Iterator[None]:
+    def lock(self, name: str = "", timeout: float | None = None) -> Iterator[None]:
         """An exclusive lock between plugin processes; error 11 when it stays taken.
 
         The lock file is kept after the block, on purpose: unlinking a file others may be
@@ -237,8 +266,93 @@ class StateDir:
         per kind of lock for good (a fixed, small set: it does not grow with attachments).
         """
         self.ensure()
-        with flock_with_deadline(self.path(name), timeout):
+        with flock_with_deadline(self.path(name or self.lock_name), timeout):
             yield
+
+
+class AttachmentStore(StateDir):
+    """One entry per attachment, in a file the codec names; nothing else reads them.
+
+    An entry is the codec's value: it has `network`, `container_id` and `ifname` (its
+    owner, "" where unknown: a file another program wrote) and `to_json()`. `load` and
+    `save` take the owner apart from the entry, so that an entry without one (Go's
+    tuning's) is put back where it was found.
+    """
+
+    def __init__(self, directory: str, codec: type[Codec]) -> None:
+        super().__init__(directory)
+        self.codec = codec
+
+    def file_of(self, owner: Owner) -> str:
+        return self.codec.file_name(owner.network, owner.container_id, owner.ifname)
+
+    def has(self, owner: Owner) -> bool:
+        return os.path.exists(self.path(self.file_of(owner)))
+
+    def load(self, owner: Owner) -> Any:
+        """The attachment's entry, or None (no file, or one that is not an entry)."""
+        return self.read(self.file_of(owner))
+
+    def read(self, name: str) -> Any:
+        raw = self.read_json(name)
+        return None if raw is None else self.codec.from_json(raw)
+
+    def save(self, owner: Owner, entry: Any) -> None:
+        self.write_json(self.file_of(owner), entry.to_json())
+
+    def forget(self, owner: Owner) -> None:
+        self.remove(self.file_of(owner))
+
+    def entries(self, network: str) -> dict[str, Any]:
+        """File name -> entry of every attachment of `network` (an entry that names
+        another attachment than its file's name says is nobody's: left alone)."""
+        out = {}
+        for name in self.names():
+            entry = self.read(name)
+            if entry is None or entry.network != network or not entry.container_id:
+                continue
+            try:
+                if self.file_of(entry) == name:
+                    out[name] = entry
+            except CniError:  # an owner no file of ours could be named after
+                continue
+        return out
+
+    # GC. A runtime lists the attachments it knows; one whose ADD has not returned yet is
+    # not in that list, yet it is about to be alive. GC cannot tell it from a leak by the
+    # list, so it asks the files: every ADD (re)writes its entry at its end, under the
+    # lock GC takes too. A file that appeared or was replaced after GC started belongs to
+    # an ADD that was in flight then: GC leaves that attachment alone, and the next GC
+    # (whose list was made after the ADD returned) decides. A file exactly as it was when
+    # GC started belongs to a call that had ended before: fair game.
+
+    def stamps(self) -> Stamps:
+        """name -> (inode, mtime) of each file, taken when GC starts, before it waits for
+        the lock that an ADD in flight may hold."""
+        out: Stamps = {}
+        for name in self.names():
+            try:
+                st = os.stat(self.path(name), follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            out[name] = (st.st_ino, st.st_mtime_ns)
+        return out
+
+    def sweep(
+        self, network: str, valid: set[AttachmentId], before: Stamps
+    ) -> tuple[list[Any], list[Any]]:
+        """(stale, in flight): the entries of `network`'s attachments not in `valid`,
+        split by whether their file is as it was at `before` (stamps() when GC started).
+        Call it holding the lock ADD writes under."""
+        from common.gc import AttachmentId
+
+        now = self.stamps()
+        stale: list[Any] = []
+        in_flight: list[Any] = []
+        for name, entry in self.entries(network).items():
+            if AttachmentId(entry.container_id, entry.ifname) not in valid:
+                (stale if before.get(name) == now.get(name) else in_flight).append(entry)
+        return stale, in_flight
 
 
 def lock_timeout(environ: dict[str, str] | None = None) -> float:

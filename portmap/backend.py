@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from common.log import Log
-from common.state import StateDir
+from common.state import AttachmentStore
 from portmap.config import Attachment, Options, looks_like_iptables
 from portmap.plan import Plan, UdpTargets
 
@@ -13,7 +13,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Protocol
 
-    from common.gc import Stamps
+    from common.gc import AttachmentId
+    from common.state import Stamps
 
     class Backend(Protocol):
         name: str
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 
         def check(self, plan: Plan) -> None: ...
 
-        def gc(self, network_tag: str, valid_tags: set[str], before: Stamps) -> UdpTargets: ...
+        def gc(self, network: str, valid: set[AttachmentId], before: Stamps) -> UdpTargets: ...
 
         def status(self) -> None: ...
 
@@ -40,7 +41,7 @@ def nftables_usable() -> bool:
     return True
 
 
-def make(name: str, sd: StateDir, log: Log) -> Backend:
+def make(name: str, sd: AttachmentStore, log: Log) -> Backend:
     if name == "iptables":
         from portmap.xtables import XtablesBackend
 
@@ -63,5 +64,5 @@ def resolve(options: Options) -> str:
     return "nftables" if nftables_usable() else "iptables"
 
 
-def choose(options: Options, sd: StateDir, log: Log) -> Backend:
+def choose(options: Options, sd: AttachmentStore, log: Log) -> Backend:
     return make(resolve(options), sd, log)

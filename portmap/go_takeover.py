@@ -29,7 +29,7 @@ import struct
 from common.digest import sha512_hex
 from common.errors import KERNEL_FAILURE, CniError
 from common.log import Log
-from common.state import StateDir
+from common.state import AttachmentStore
 
 TYPE_CHECKING = False  # avoids importing typing at run time
 if TYPE_CHECKING:
@@ -143,7 +143,7 @@ def _legacy_nat_blob(family: int) -> bytes | None:
 # ---------------------------------------------------------------------------- removal
 
 
-def release(network: str, container_id: str, sd: StateDir, log: Log) -> UdpTargets:
+def release(network: str, container_id: str, sd: AttachmentStore, log: Log) -> UdpTargets:
     """Remove Go's objects of this attachment (one we have no state for); (family, host
     ip, port) of its UDP mappings for the conntrack flush."""
     chain = go_chain_name(network, container_id)
@@ -238,7 +238,7 @@ def _udp_target(family: int, rule: dict[str, Any]) -> UdpTargets:
     return [(family, host_ip, int(port))] if dnat and isinstance(port, int) else []
 
 
-def _release_legacy(chain: str, families: list[int], sd: StateDir, log: Log) -> UdpTargets:
+def _release_legacy(chain: str, families: list[int], sd: AttachmentStore, log: Log) -> UdpTargets:
     """The same as Go's teardown, through our iptables backend on the legacy variant: the
     jumps to `chain` in CNI-HOSTPORT-DNAT, then the chain (each family in one commit)."""
     from portmap.xtables import LOCK, XtablesBackend

@@ -42,7 +42,7 @@ from common import jsontext as json
 from common.digest import sha256_hex
 from common.errors import CHECK_FAILED, CONFLICT, KERNEL_FAILURE, STATUS_UNAVAILABLE, CniError
 from common.log import Log
-from common.state import StateDir
+from common.state import AttachmentStore
 from common.values import OrderedValue, Value
 from portmap import libnftables, state
 from portmap.config import PROTOCOL_NAMES, Attachment
@@ -53,7 +53,8 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
     from typing import Any
 
-    from common.gc import Stamps
+    from common.gc import AttachmentId
+    from common.state import Stamps
 
 NAME = "nftables"
 TABLE = "cni_meta_portmap"
@@ -478,11 +479,11 @@ def is_plain(e: Element) -> bool:
     return bool(e.set and e.key) and set(e.set) <= _SET_NAME_CHARS and set(e.key) <= _KEY_CHARS
 
 
-def _state_elements(data: dict[str, Any] | None) -> list[Element] | None:
-    if data is None or data.get("backend") != NAME:
+def _state_elements(recorded: state.Recorded | None) -> list[Element] | None:
+    if recorded is None or recorded.backend != NAME:
         return None
     out = []
-    for item in data.get("objects", []):
+    for item in recorded.objects:
         if isinstance(item, list) and len(item) == 2 and all(isinstance(x, str) for x in item):
             e = Element(item[0], item[1])
             if is_plain(e):
@@ -497,7 +498,7 @@ def _objects(elements: Iterable[Element]) -> list[list[str]]:
 class NftBackend:
     name = NAME
 
-    def __init__(self, sd: StateDir, log: Log) -> None:
+    def __init__(self, sd: AttachmentStore, log: Log) -> None:
         self.sd = sd
         self.log = log
 
@@ -509,29 +510,29 @@ class NftBackend:
         masq = [line for fp in plan_masq_chains(plan) for line in masq_chain_text(*fp)]
         with self.sd.lock(LOCK):
             nft = Nft()
-            recorded = state.read(self.sd, att)
+            recorded = self.sd.load(att)
             previous = _state_elements(recorded) or []
             # Fast path: no read at all. libnftables fills its cache with every element of
             # the table on the first read of a process (time linear in the mappings), but
             # not for a write. The state file says what we own; if anything is off (no
             # table yet, a new lane, an element gone, a conflict), the write fails as a
             # whole and the careful path below reads and repairs.
-            if recorded is None or recorded.get("committed") is True:
-                state.write(self.sd, att, NAME, _objects([*previous, *wanted]), committed=False)
+            if recorded is None or recorded.committed:
+                self._record(att, [*previous, *wanted], committed=False)
                 lines = [*delete_text(previous), *masq, *add_text(wanted, att.comment)]
                 rc, _, _ = nft.run("\n".join(lines))
                 if rc == 0:
-                    state.write(self.sd, att, NAME, _objects(wanted))
+                    self._record(att, wanted)
                     return
             mine = _owned(nft, previous, att.tag)
             setup = self._missing_setup(nft, plan)
-            state.write(self.sd, att, NAME, _objects([*mine, *wanted]), committed=False)
+            self._record(att, [*mine, *wanted], committed=False)
             conflict = None
             for _attempt in range(2):
                 lines = [*setup, *delete_text(mine), *masq, *add_text(wanted, att.comment)]
                 rc, _, err = nft.run("\n".join(lines))
                 if rc == 0:
-                    state.write(self.sd, att, NAME, _objects(wanted))
+                    self._record(att, wanted)
                     return
                 # Our own leftovers the state file did not know of (it was lost): remove
                 # them too and try once more. Anybody else's: a conflict, named.
@@ -544,12 +545,15 @@ class NftBackend:
                     break
                 mine = sorted(set(mine) | set(stale))
             if mine:
-                state.write(self.sd, att, NAME, _objects(mine))
+                self._record(att, mine)
             else:
-                state.remove(self.sd, att)
+                self.sd.forget(att)
             raise conflict or CniError(
                 KERNEL_FAILURE, "nftables refused the port mappings", _first_error(err)
             )
+
+    def _record(self, att: Attachment, elements: Iterable[Element], committed: bool = True) -> None:
+        self.sd.save(att, state.Recorded(att, NAME, _objects(elements), committed))
 
     def _missing_setup(self, nft: Nft, plan: Plan) -> list[str]:
         lanes = plan_lanes(plan)
@@ -613,17 +617,17 @@ class NftBackend:
 
     def delete(self, att: Attachment, plan: Plan | None) -> list[tuple[int, str | None, int]]:
         with self.sd.lock(LOCK):
-            data = state.read(self.sd, att)
-            candidates = _state_elements(data)
+            recorded = self.sd.load(att)
+            candidates = _state_elements(recorded)
             nft = Nft()
-            committed = candidates if data and data.get("committed") is True else None
+            committed = candidates if recorded and recorded.committed else None
             if committed:
                 # Fast path (no read, see add): the state says exactly what we own.
                 last = self._last_owner(nft, att)
                 lines = [f"delete table {T}"] if last else delete_text(committed)
                 rc, _, _ = nft.run("\n".join(lines))
                 if rc == 0:
-                    state.remove(self.sd, att)
+                    self.sd.forget(att)
                     return udp_targets(committed)
             if candidates is None and plan is not None and not plan.empty:
                 candidates = plan_elements(plan)
@@ -641,7 +645,7 @@ class NftBackend:
                     KERNEL_FAILURE, f"nftables refused to delete the port mappings of {att}",
                     _first_error(err),
                 )  # fmt: skip
-            state.remove(self.sd, att)
+            self.sd.forget(att)
             # What the state knew as ours was so until a moment ago, even when it vanished
             # before this DEL saw it: its flows must not outlive it.
             return udp_targets(sorted(set(mine) | set(committed or ())))
@@ -658,7 +662,7 @@ class NftBackend:
     def _last_owner(self, nft: Nft, att: Attachment) -> bool:
         """Whether `att` owns every claim in the table (so the table can go with it).
         Cheap in the common case: other attachments' state files answer 'no' at once."""
-        own = f"{att.tag}.json"
+        own = self.sd.file_of(att)
         if any(n != own for n in self.sd.names()):
             return False
         for family in (4, 6):
@@ -703,10 +707,11 @@ class NftBackend:
     # -- GC / STATUS ---------------------------------------------------------------------
 
     def gc(
-        self, network_tag: str, valid_tags: set[str], before: Stamps
+        self, network: str, valid: set[AttachmentId], before: Stamps
     ) -> list[tuple[int, str | None, int]]:
+        network_tag = Attachment(network, "", "").network_tag
         with self.sd.lock(LOCK):
-            valid_tags = valid_tags | state.in_flight_tags(self.sd, before)
+            valid_tags, stale = state.sweep(self.sd, network, valid, before)
             nft = Nft()
             listing = [(e, tag_of(c)) for e, c in nft.listing() if c]
             doomed = sorted(
@@ -714,11 +719,9 @@ class NftBackend:
                 for e, tag in listing
                 if tag.startswith(network_tag + "-") and tag not in valid_tags
             )
-            for tag in state.tags_of_network(self.sd, network_tag):
-                if tag not in valid_tags:
-                    data = self.sd.read_json(f"{tag}.json")
-                    if isinstance(data, dict) and data.get("backend") == NAME:
-                        state.remove_tag(self.sd, tag)
+            for recorded in stale:
+                if recorded.backend == NAME:
+                    self.sd.forget(recorded)
             survivors = len(listing) - len(doomed)
             if survivors == 0 and not self.sd.names() and (doomed or nft.table_exists()):
                 nft.must([f"delete table {T}"], "delete the empty portmap table")

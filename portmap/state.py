@@ -1,7 +1,7 @@
-"""What each attachment installed, remembered between ADD and DEL.
+"""portmap's entry in the attachment store: what each attachment installed.
 
 The kernel stays the authority on ownership (every nft element and iptables rule names
-its owner); the state file only says where to look, so DEL and a repeated ADD touch this
+its owner); the entry only says where to look, so DEL and a repeated ADD touch this
 attachment's objects without listing everybody's. It is written *before* a transaction
 as the union of what may exist afterwards, so a plugin killed mid-ADD leaves a file that
 still covers whatever reached the kernel.
@@ -9,73 +9,91 @@ still covers whatever reached the kernel.
 
 from __future__ import annotations
 
-from common.state import StateDir
+from common.state import AttachmentStore, plugin_dir
+from common.values import Value
 from portmap.config import Attachment
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from common.gc import Stamps
+    from common.gc import AttachmentId
+    from common.state import Stamps
 
 PLUGIN = "portmap"
 
 
-def state_dir() -> StateDir:
-    return StateDir.for_plugin(PLUGIN)
+def store() -> AttachmentStore:
+    return AttachmentStore(plugin_dir(PLUGIN), Recorded)
 
 
-def _name(attachment: Attachment) -> str:
-    return f"{attachment.tag}.json"
+class Recorded(Value):
+    """`objects` as the backend spells them; `committed`: they are known to exist and be
+    ours (False: an intent, written before a transaction that may not have happened)."""
+
+    __slots__ = ("backend", "committed", "container_id", "ifname", "network", "objects")
+
+    network: str
+    container_id: str
+    ifname: str
+    backend: str
+    objects: list[Any]
+    committed: bool
+
+    def __init__(
+        self, att: Attachment, backend: str, objects: list[Any], committed: bool = True
+    ) -> None:
+        self.network, self.container_id, self.ifname = att.network, att.container_id, att.ifname
+        self.backend = backend
+        self.objects = objects
+        self.committed = committed
+
+    @staticmethod
+    def file_name(network: str, container_id: str, ifname: str) -> str:
+        return f"{Attachment(network, container_id, ifname).tag}.json"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "network": self.network,
+            "containerID": self.container_id,
+            "ifname": self.ifname,
+            "backend": self.backend,
+            "objects": self.objects,
+            "committed": self.committed,
+        }
+
+    @classmethod
+    def from_json(cls, raw: Any) -> Recorded | None:
+        """Tolerant: what is not as written reads as "" or empty (the kernel decides)."""
+        if not isinstance(raw, dict):
+            return None
+
+        def text(key: str) -> str:
+            value = raw.get(key)
+            return value if isinstance(value, str) else ""
+
+        objects = raw.get("objects")
+        return cls(
+            Attachment(text("network"), text("containerID"), text("ifname")),
+            text("backend"),
+            objects if isinstance(objects, list) else [],
+            raw.get("committed") is True,
+        )
 
 
-def read(sd: StateDir, attachment: Attachment) -> dict[str, Any] | None:
-    data = sd.read_json(_name(attachment))
-    return data if isinstance(data, dict) else None
-
-
-def write(
-    sd: StateDir, attachment: Attachment, backend: str, objects: list[Any], committed: bool = True
-) -> None:
-    """`committed`: the objects are known to exist and be ours (False: an intent, written
-    before a transaction that may not have happened)."""
-    sd.write_json(
-        _name(attachment),
-        {
-            "network": attachment.network,
-            "containerID": attachment.container_id,
-            "ifname": attachment.ifname,
-            "backend": backend,
-            "objects": objects,
-            "committed": committed,
-        },
-    )
-
-
-def remove(sd: StateDir, attachment: Attachment) -> None:
-    sd.remove(_name(attachment))
-
-
-def owner_name(sd: StateDir, tag: str, fallback: str) -> str:
+def owner_name(store: AttachmentStore, tag: str, fallback: str) -> str:
     """'network/container/ifname' of the attachment with this tag, as well as we know it."""
-    data = sd.read_json(f"{tag}.json")
-    if isinstance(data, dict) and all(
-        isinstance(data.get(k), str) for k in ("network", "containerID", "ifname")
-    ):
-        return f"{data['network']}/{data['containerID']}/{data['ifname']}"
+    entry = store.read(f"{tag}.json")
+    if entry is not None and entry.network and entry.container_id and entry.ifname:
+        return f"{entry.network}/{entry.container_id}/{entry.ifname}"
     return fallback
 
 
-def tags_of_network(sd: StateDir, network_tag: str) -> list[str]:
-    return [n[: -len(".json")] for n in sd.names() if n.startswith(network_tag + "-")]
-
-
-def in_flight_tags(sd: StateDir, before: Stamps) -> set[str]:
-    """Tags of the attachments whose ADD was running when GC started (common/gc.py)."""
-    from common.gc import written_since
-
-    return {n[: -len(".json")] for n in written_since(sd.directory, before)}
-
-
-def remove_tag(sd: StateDir, tag: str) -> None:
-    sd.remove(f"{tag}.json")
+def sweep(
+    store: AttachmentStore, network: str, valid: set[AttachmentId], before: Stamps
+) -> tuple[set[str], list[Recorded]]:
+    """For a backend's GC, holding its lock: the tags whose objects stay (valid, or whose ADD
+    was in flight, see AttachmentStore.sweep) and the stale entries."""
+    stale, in_flight = store.sweep(network, valid, before)
+    keep = [*valid, *in_flight]
+    return {Attachment(network, a.container_id, a.ifname).tag for a in keep}, stale

@@ -79,7 +79,7 @@ def add(request: Request) -> Result | None:
         )
     if not config.mappings:
         return None  # pass prevResult through, in the config's cniVersion
-    sd = state.state_dir()
+    sd = state.store()
     backend = backends.choose(config.options, sd, request.log)
     plan = make_plan(config, attachment(request), prev, backend.name)
     for note in plan.skipped:
@@ -101,7 +101,7 @@ def add(request: Request) -> Result | None:
 
 def delete(request: Request) -> None:
     att = attachment(request)
-    sd = state.state_dir()
+    sd = state.store()
     try:
         config = cfg.parse(request.conf)
     except CniError as e:
@@ -109,8 +109,8 @@ def delete(request: Request) -> None:
         # from the kernel and the state file, not from the config.
         request.log.warning(f"ignoring unreadable portmap config on DEL: {e}")
         config = cfg.PortmapConfig(cfg.Options(), ())
-    recorded = state.read(sd, att)
-    name = recorded.get("backend") if recorded else None
+    recorded = sd.load(att)
+    name = recorded.backend if recorded else None
     if name not in cfg.BACKENDS:
         name = backends.resolve(config.options)
     backend = backends.make(str(name), sd, request.log)
@@ -135,7 +135,7 @@ def check(request: Request) -> None:
         raise invalid_config("CHECK needs a prevResult", "the configuration has no prevResult")
     if not config.mappings:
         return
-    sd = state.state_dir()
+    sd = state.store()
     backend = backends.choose(config.options, sd, request.log)
     plan = make_plan(config, attachment(request), prev, backend.name)
     if plan.empty:
@@ -156,26 +156,19 @@ def check(request: Request) -> None:
 
 
 def gc(request: Request) -> None:
-    from common.gc import stamps, valid_attachments
+    from common.gc import valid_attachments
 
     config = cfg.parse(request.conf)
-    sd = state.state_dir()
-    before = stamps(sd.directory)  # before any lock: see common/gc.py
-    network_tag = cfg.Attachment(request.network, "", "").network_tag
-    valid = {
-        cfg.Attachment(request.network, a.container_id, a.ifname).tag
-        for a in valid_attachments(request.conf.body)
-    }
+    sd = state.store()
+    before = sd.stamps()  # before any lock: see AttachmentStore.sweep
+    valid = valid_attachments(request.conf.body)
     names = {backends.resolve(config.options)}
-    for tag in state.tags_of_network(sd, network_tag):
-        data = sd.read_json(f"{tag}.json")
-        if isinstance(data, dict) and data.get("backend") in cfg.BACKENDS:
-            names.add(str(data["backend"]))
+    names |= {e.backend for e in sd.entries(request.network).values() if e.backend in cfg.BACKENDS}
     for name in sorted(names):
         backend = backends.make(name, sd, request.log)
-        flush_conntrack(backend.gc(network_tag, valid, before), request.log)
+        flush_conntrack(backend.gc(request.network, valid, before), request.log)
 
 
 def status(request: Request) -> None:
     config = cfg.parse(request.conf)
-    backends.choose(config.options, state.state_dir(), request.log).status()
+    backends.choose(config.options, state.store(), request.log).status()

@@ -41,14 +41,15 @@ from common.errors import (
     invalid_config,
 )
 from common.log import Log
-from common.state import LOCK_TIMEOUT_ENV, StateDir, lock_timeout
+from common.state import LOCK_TIMEOUT_ENV, AttachmentStore, lock_timeout
 from portmap import state
 from portmap.config import Attachment
 from portmap.plan import MASQ_ALL, MASQ_NONE, FamilyPlan, Forward, Plan, UdpTargets
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from common.gc import Stamps
+    from common.gc import AttachmentId
+    from common.state import Stamps
 
 NAME = "iptables"
 TOP = "CNI-HOSTPORT-DNAT"
@@ -440,7 +441,7 @@ def removal(table: NatTable, chain: str) -> tuple[list[str], list[tuple[str | No
     return lines, udp
 
 
-def conflicts(table: NatTable, fp: FamilyPlan, att: Attachment, sd: StateDir) -> None:
+def conflicts(table: NatTable, fp: FamilyPlan, att: Attachment, sd: AttachmentStore) -> None:
     for j in table.jumps():
         tag = j.owner
         if not tag or tag == att.tag or j.dports is None:
@@ -503,7 +504,7 @@ def installation(table: NatTable, fp: FamilyPlan, plan: Plan) -> list[str]:
 class XtablesBackend:
     name = NAME
 
-    def __init__(self, sd: StateDir, log: Log) -> None:
+    def __init__(self, sd: AttachmentStore, log: Log) -> None:
         self.sd = sd
         self.log = log
         self._chosen: tuple[str, str] | None = None
@@ -532,11 +533,11 @@ class XtablesBackend:
 
     def _recorded(self, att: Attachment) -> list[tuple[int, str]] | None:
         """(family, variant) of what a previous ADD recorded, or None."""
-        data = state.read(self.sd, att)
-        if not data or data.get("backend") != NAME:
+        recorded = self.sd.load(att)
+        if recorded is None or recorded.backend != NAME:
             return None
         out = []
-        for obj in data.get("objects", []):
+        for obj in recorded.objects:
             if isinstance(obj, list) and obj and obj[0] in (4, 6):
                 # no variant: written by the libiptc backend, which wrote the legacy tables
                 variant = obj[2] if len(obj) > 2 and obj[2] in VARIANTS else "legacy"
@@ -552,7 +553,9 @@ class XtablesBackend:
             variant = self._variant()
             previous = self._recorded(att) or []
             objects = [[fp.family, name, variant] for fp in plan.families]
-            state.write(self.sd, att, NAME, objects + [[f, name, v] for f, v in previous])
+            self.sd.save(
+                att, state.Recorded(att, NAME, objects + [[f, name, v] for f, v in previous])
+            )
             for family, old in previous:  # a repeated ADD after the host changed variant
                 if old != variant:
                     self._delete_family(old, family, name)
@@ -570,9 +573,9 @@ class XtablesBackend:
             except CniError:
                 for family in done:
                     self._delete_family(variant, family, name)
-                state.remove(self.sd, att)
+                self.sd.forget(att)
                 raise
-            state.write(self.sd, att, NAME, objects)
+            self.sd.save(att, state.Recorded(att, NAME, objects))
 
     def _add_families(self, variant: str, plan: Plan, done: list[int]) -> None:
         """Read every family first: a conflict or a bad option in any of them fails the
@@ -608,7 +611,7 @@ class XtablesBackend:
             for family, variant in where:
                 udp = self._delete_family(variant, family, name)
                 targets += [(family, ip, port) for ip, port in udp]
-            state.remove(self.sd, att)
+            self.sd.forget(att)
         return targets
 
     def check(self, plan: Plan) -> None:
@@ -644,11 +647,12 @@ class XtablesBackend:
                 "; ".join(problems[:8]),
             )
 
-    def gc(self, network_tag: str, valid_tags: set[str], before: Stamps) -> UdpTargets:
+    def gc(self, network: str, valid: set[AttachmentId], before: Stamps) -> UdpTargets:
         """Both variants: an attachment may have been added before the host switched."""
         targets: UdpTargets = []
+        network_tag = Attachment(network, "", "").network_tag
         with self.sd.lock(LOCK):
-            valid_tags = valid_tags | state.in_flight_tags(self.sd, before)
+            valid_tags, stale = state.sweep(self.sd, network, valid, before)
             for variant in VARIANTS:
                 for family in (4, 6):
                     try:
@@ -666,10 +670,9 @@ class XtablesBackend:
                         lines += more
                         targets += [(family, ip, port) for ip, port in udp]
                     self._commit(variant, family, lines, f"delete stale IPv{family} port mappings")
-            for tag in state.tags_of_network(self.sd, network_tag):
-                data = self.sd.read_json(f"{tag}.json")
-                if tag not in valid_tags and isinstance(data, dict) and data.get("backend") == NAME:
-                    state.remove_tag(self.sd, tag)
+            for recorded in stale:
+                if recorded.backend == NAME:
+                    self.sd.forget(recorded)
         return targets
 
     def status(self) -> None:

@@ -18,7 +18,8 @@ from common.env import parse_cni_args, read_invocation
 from common.errors import CniError
 from common.gc import AttachmentId, valid_attachments
 from common.jsonobj import JsonObject
-from common.state import StateDir
+from common.state import AttachmentStore, StateDir
+from common.values import Value
 
 
 def code_of(fn, *args, **kw) -> int:  # type: ignore[no-untyped-def]
@@ -125,6 +126,60 @@ def test_state_files_are_private_and_atomic(tmp_path: Path) -> None:
     sd.remove("a.json")
     sd.remove("a.json")  # removing twice is fine
     assert sd.read_json("a.json") is None
+
+
+class Entry(Value):
+    """A codec as small as one gets: the owner and one number."""
+
+    __slots__ = ("container_id", "ifname", "n", "network")
+
+    network: str
+    container_id: str
+    ifname: str
+    n: int
+
+    def __init__(self, network: str, container_id: str, ifname: str, n: int = 0) -> None:
+        self.network, self.container_id, self.ifname, self.n = network, container_id, ifname, n
+
+    @staticmethod
+    def file_name(network: str, container_id: str, ifname: str) -> str:
+        return f"{network}-{container_id}-{ifname}.json"
+
+    def to_json(self) -> dict[str, object]:
+        return {"network": self.network, "cid": self.container_id, "if": self.ifname, "n": self.n}
+
+    @classmethod
+    def from_json(cls, raw: object) -> Entry | None:
+        if not isinstance(raw, dict) or not isinstance(raw.get("n"), int):
+            return None
+        return cls(raw["network"], raw["cid"], raw["if"], raw["n"])
+
+
+def test_attachment_store_round_trips_an_entry_under_its_codecs_name(tmp_path: Path) -> None:
+    store = AttachmentStore(str(tmp_path / "p"), Entry)
+    owner = Entry("net", "c1", "eth0")
+    assert store.load(owner) is None and not store.has(owner)
+    store.save(owner, Entry("net", "c1", "eth0", 7))
+    assert os.listdir(store.directory) == ["net-c1-eth0.json"]
+    assert store.has(owner) and store.load(owner) == Entry("net", "c1", "eth0", 7)
+    store.forget(owner)
+    store.forget(owner)  # nothing left is fine
+    assert store.load(owner) is None
+
+
+def test_gc_sweep_splits_stale_from_in_flight_and_skips_the_rest(tmp_path: Path) -> None:
+    store = AttachmentStore(str(tmp_path / "p"), Entry)
+    for cid in ("valid", "stale", "rewritten"):
+        store.save(Entry("net", cid, "eth0"), Entry("net", cid, "eth0"))
+    store.save(Entry("other", "x", "eth0"), Entry("other", "x", "eth0"))  # another network
+    store.write_json("misnamed.json", Entry("net", "m", "eth0").to_json())  # not its name
+    store.write_json("foreign.json", {"what": "not an entry"})
+    before = store.stamps()  # GC starts; then two ADDs finish before it takes the lock
+    store.save(Entry("net", "rewritten", "eth0"), Entry("net", "rewritten", "eth0", 1))
+    store.save(Entry("net", "new", "eth0"), Entry("net", "new", "eth0"))
+    stale, in_flight = store.sweep("net", {AttachmentId("valid", "eth0")}, before)
+    assert [e.container_id for e in stale] == ["stale"]
+    assert sorted(e.container_id for e in in_flight) == ["new", "rewritten"]
 
 
 def test_lock_that_stays_taken_is_error_11(tmp_path: Path) -> None:

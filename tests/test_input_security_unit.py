@@ -150,7 +150,9 @@ def test_element_keys_read_back_from_a_state_file_must_be_plain() -> None:
         ["claims4", "10.0.0.1 . tcp . 1\nflush ruleset"],
         ["claims4 } ", "1"],
     ]
-    kept = nft._state_elements({"backend": "nftables", "objects": objects})
+    from portmap.state import Recorded
+
+    kept = nft._state_elements(Recorded.from_json({"backend": "nftables", "objects": objects}))
     assert kept is not None
     assert [[e.set, e.key] for e in kept] == objects[:3]
 
@@ -351,15 +353,16 @@ def test_a_data_dir_someone_else_owns_is_refused_before_any_write(
     from tuning.backup import Backup, BackupStore
 
     store = BackupStore(str(planted_dir(tmp_path, TUNING_FILES)))
+    owner = Backup(network="net", container_id="ctr", ifname="eth0")
     with pytest.raises(CniError) as e:
         if step == "lock":
             with store.lock():
                 pass
         elif step == "save":
-            store.save("ctr", "eth0", Backup(mtu=1500))
+            store.save(owner, Backup(mtu=1500))
         else:
             with store.lock():
-                store.load("ctr", "eth0")
+                store.load(owner)
     assert e.value.code == 7, e.value
     assert f"belongs to uid {NOBODY}" in e.value.msg and "dataDir" in e.value.details
     targets_unchanged(tmp_path)
@@ -372,7 +375,8 @@ def test_a_data_dir_others_can_write_is_refused_and_not_re_moded(tmp_path: Path,
 
     d = planted_dir(tmp_path, TUNING_FILES, owner=0, mode=mode)
     with pytest.raises(CniError) as e:
-        BackupStore(str(d)).save("ctr", "eth0", Backup(mtu=1500))
+        owner = Backup(network="net", container_id="ctr", ifname="eth0")
+        BackupStore(str(d)).save(owner, Backup(mtu=1500))
     assert e.value.code == 7 and "writable by" in e.value.msg, e.value
     assert d.stat().st_mode & 0o7777 == mode  # a shared /tmp is not chmod-ed either
     targets_unchanged(tmp_path)

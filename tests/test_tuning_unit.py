@@ -501,7 +501,10 @@ def test_backup_reads_go_files_and_round_trips() -> None:
 def test_gc_picks_only_this_networks_stale_files(tmp_path: Path) -> None:
     store = BackupStore(str(tmp_path))
     for cid, net in (("alive", "n1"), ("dead", "n1"), ("other", "n2")):
-        store.save(cid, "eth0", Backup(mtu=1500, network=net, container_id=cid, ifname="eth0"))
+        backup = Backup(mtu=1500, network=net, container_id=cid, ifname="eth0")
+        store.save(backup, backup)
     (tmp_path / "gofile_eth0.json").write_text('{"mtu": 1500}')
-    assert store.stale("n1", {AttachmentId("alive", "eth0")}) == ["dead_eth0.json"]
+    before = store.stamps()
+    stale, in_flight = store.sweep("n1", {AttachmentId("alive", "eth0")}, before)
+    assert [store.file_of(b) for b in stale] == ["dead_eth0.json"] and in_flight == []
     assert oct((tmp_path / "dead_eth0.json").stat().st_mode & 0o777) == "0o600"

@@ -1,27 +1,27 @@
-"""The originals of what ADD changed, kept until DEL puts them back.
+"""tuning's entry in the attachment store: the originals of what ADD changed, kept until DEL
+puts them back.
 
-One file per attachment, ``<dataDir>/<containerID>_<ifName>.json`` like Go's tuning, in a
-format both read: Go's keys (``mac``, ``mtu``, ``promisc``, ``allmulti``, ``txQLen``) plus
-``sysctls`` (which Go never restores), and who owns the file (``network``,
-``containerID``, ``ifName``) for GC. So a container set up by Go's tuning is restored by
-this one, and the other way round for the link attributes.
+One file per attachment (common.state's AttachmentStore, in the dataDir),
+``<dataDir>/<containerID>_<ifName>.json`` like Go's tuning, in a format both read: Go's
+keys (``mac``, ``mtu``, ``promisc``, ``allmulti``, ``txQLen``) plus ``sysctls`` (which Go
+never restores), and who owns the file (``network``, ``containerID``, ``ifName``) for GC.
+So a container set up by Go's tuning is restored by this one, and the other way round for
+the link attributes.
 """
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 from common.errors import INVALID_CONFIG
-from common.state import StateDir, safe_file_name
+from common.state import AttachmentStore, safe_file_name
 from common.values import Value
 from tuning.plan import LinkState, Plan
 
 TYPE_CHECKING = False  # avoids importing typing at runtime
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping
+    from collections.abc import Mapping
     from typing import Any
 
-    from common.gc import AttachmentId
+    from common.state import Owner
 
 LOCK_NAME = "tuning.lock"
 # NAME_MAX less the room once kept for a ".tmp.<pid>" suffix (state files now use ".tmp"):
@@ -76,6 +76,20 @@ class Backup(Value):
         self.network = network
         self.container_id = container_id
         self.ifname = ifname
+
+    @staticmethod
+    def file_name(network: str, container_id: str, ifname: str) -> str:
+        """Go's name (the network is not part of it), unless it would not fit in a directory
+        entry (MAX_FILE_NAME, leaving room for the suffix of an atomic write): runtimes
+        may send container ids of up to 1024 characters, which then get a hashed name.
+        Go's tuning cannot write such a file at all, so no compatibility is lost."""
+        name = safe_file_name(container_id, ifname) + ".json"
+        if len(name.encode()) <= MAX_FILE_NAME:
+            return name
+        from common.digest import sha256_hex
+
+        digest = sha256_hex(container_id.encode())[:32]
+        return safe_file_name(f"{container_id[:64]}-{digest}", ifname) + ".json"
 
     @property
     def has_link(self) -> bool:
@@ -171,69 +185,24 @@ def originals(plan: Plan, link: LinkState | None, sysctls: Mapping[str, str | No
     return backup
 
 
-class _DataDir(StateDir):
-    """dataDir comes from the config: never re-moded (chmod 0700 on an existing /tmp or
-    /run would break the node), and a directory that is not safe to write is error 7."""
+class BackupStore(AttachmentStore):
+    """The dataDir comes from the config: never re-moded (chmod 0700 on an existing /tmp or
+    /run would break the node), and a directory that is not safe to write is error 7.
+
+    Its files are shared by every network (Go's names), so one without an owner (written
+    by Go's tuning) is never stale for GC: its name cannot say which network it is for.
+    """
 
     refusal_code = INVALID_CONFIG
     private = False
+    lock_name = LOCK_NAME
 
-
-class BackupStore:
     def __init__(self, data_dir: str) -> None:
-        self.dir = _DataDir(data_dir)
+        super().__init__(data_dir, Backup)
 
-    @staticmethod
-    def file_name(container_id: str, ifname: str) -> str:
-        """Go's name, unless it would not fit in a directory entry (MAX_FILE_NAME, leaving
-        room for the suffix of an atomic write): runtimes may send container ids of up to
-        1024 characters, which then get a hashed name. Go's tuning cannot write such a file at
-        all, so no compatibility is lost."""
-        name = safe_file_name(container_id, ifname) + ".json"
-        if len(name.encode()) <= MAX_FILE_NAME:
-            return name
-        from common.digest import sha256_hex
-
-        digest = sha256_hex(container_id.encode())[:32]
-        return safe_file_name(f"{container_id[:64]}-{digest}", ifname) + ".json"
-
-    def path(self, container_id: str, ifname: str) -> str:
-        return self.dir.path(self.file_name(container_id, ifname))
-
-    def load(self, container_id: str, ifname: str) -> Backup | None:
+    def load(self, owner: Owner) -> Backup | None:
         # DEL reads before it locks: the dataDir is checked here too, so that a planted
         # file or symlink is refused as what it is.
-        self.dir.check()
-        raw = self.dir.read_json(self.file_name(container_id, ifname))
-        return None if raw is None else Backup.from_json(raw)
-
-    def save(self, container_id: str, ifname: str, backup: Backup) -> None:
-        self.dir.write_json(self.file_name(container_id, ifname), backup.to_json())
-
-    def remove(self, container_id: str, ifname: str) -> None:
-        self.dir.remove(self.file_name(container_id, ifname))
-
-    @contextmanager
-    def lock(self) -> Iterator[None]:
-        with self.dir.lock(LOCK_NAME):
-            yield
-
-    def stale(self, network: str, valid: set[AttachmentId]) -> list[str]:
-        """File names of this network's backups whose attachment is not in `valid`.
-
-        A file without an owner (written by Go's tuning) is never stale: the dataDir is
-        shared by every network, and its name alone cannot say which network it is for.
-        """
-        from common.gc import AttachmentId
-
-        out = []
-        for name in self.dir.names():
-            backup = Backup.from_json(self.dir.read_json(name))
-            if backup.network != network or not backup.container_id:
-                continue
-            if AttachmentId(backup.container_id, backup.ifname) not in valid:
-                out.append(name)
-        return out
-
-    def remove_file(self, name: str) -> None:
-        self.dir.remove(name)
+        self.check()
+        backup: Backup | None = super().load(owner)
+        return backup

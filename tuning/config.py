@@ -20,6 +20,7 @@ from common.config import NetConf
 from common.env import Invocation
 from common.errors import invalid_config
 from common.jsonobj import JsonObject, ci_get
+from common.state import plugin_dir
 from common.values import Value
 
 TYPE_CHECKING = False
@@ -28,7 +29,6 @@ if TYPE_CHECKING:
     from typing import Any
 
 DEFAULT_DATA_DIR = "/run/cni/tuning"
-STATE_ROOT_ENV = "CNI_META_STATE_ROOT"  # when set, the default dataDir is <root>/tuning
 ALLOWLIST_PATH = "/etc/cni/tuning/allowlist.conf"
 ALLOWLIST_ENV = "CNI_TUNING_ALLOWLIST"  # overrides ALLOWLIST_PATH (tests, unusual installs)
 
@@ -299,8 +299,7 @@ def _cni_args_mac(cni_args: Mapping[str, str]) -> str:
 
 
 def default_data_dir(environ: Mapping[str, str]) -> str:
-    root = environ.get(STATE_ROOT_ENV, "")
-    return os.path.join(root, "tuning") if root else DEFAULT_DATA_DIR
+    return plugin_dir("tuning", environ, DEFAULT_DATA_DIR)
 
 
 def parse_data_dir(conf: NetConf, environ: Mapping[str, str]) -> str:

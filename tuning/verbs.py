@@ -39,11 +39,11 @@ def add(request: Request) -> Result:
         apply.preload_links()
     with store.lock(), entered(request.netns), apply.Links() as links:
         before = apply.observe(plan, links)
-        older = store.load(cid, ifname)
+        older = store.load(request)
         backup = originals(plan, before.link, before.sysctls)
         backup.network, backup.container_id, backup.ifname = request.network, cid, ifname
         kept = backup.keeping_older(older)
-        store.save(cid, ifname, kept)
+        store.save(request, kept)
         try:
             apply.apply(plan, before, links)
         except apply.UndoFailed as e:
@@ -54,16 +54,16 @@ def add(request: Request) -> Result:
         except CniError:
             # apply() already put the namespace back; put the backup file back too.
             if older is None:
-                store.remove(cid, ifname)
+                store.forget(request)
             else:
-                store.save(cid, ifname, older)
+                store.save(request, older)
             raise
         # Rewritten once done: a GC that started meanwhile sees a new file and leaves this
         # attachment to the next GC (see common/gc.py).
-        store.save(cid, ifname, kept)
+        store.save(request, kept)
     request.log.info(
         f"set {len(plan.sysctls)} sysctl(s) and link {plan.link} on {ifname}; "
-        f"originals in {store.path(cid, ifname)}"
+        f"originals in {store.path(store.file_of(request))}"
     )
     return report(request.conf.prev_result, plan)
 
@@ -72,16 +72,16 @@ def delete(request: Request) -> None:
     """Restore the originals and forget them. Succeeds when there is nothing to restore,
     or nothing to restore it in (the namespace or the interface is gone)."""
     store = BackupStore(config.parse_data_dir(request.conf, request.environ))
-    cid, ifname = request.container_id, request.ifname
-    if not os.path.exists(store.path(cid, ifname)):
+    ifname = request.ifname
+    if not store.has(request):
         return
-    peek = store.load(cid, ifname)  # read again under the lock; this only decides the import
+    peek = store.load(request)  # read again under the lock; this only decides the import
     if peek is not None and peek.has_link:
         apply.preload_links()
     with store.lock():
-        backup = store.load(cid, ifname)
+        backup = store.load(request)
         if backup is None:
-            store.remove(cid, ifname)  # unreadable garbage: nothing we could restore
+            store.forget(request)  # unreadable garbage: nothing we could restore
             return
         failures = []
         if request.netns and os.path.exists(request.netns):
@@ -98,8 +98,8 @@ def delete(request: Request) -> None:
                 f"could not restore {len(failures)} original value(s) on {ifname}",
                 "; ".join(failures),
             )
-        store.remove(cid, ifname)
-    request.log.info(f"restored originals of {ifname} from {store.path(cid, ifname)}")
+        store.forget(request)
+    request.log.info(f"restored originals of {ifname} from {store.path(store.file_of(request))}")
 
 
 def check(request: Request) -> None:
@@ -125,22 +125,21 @@ def check(request: Request) -> None:
 
 def gc(request: Request) -> None:
     """Forget the backups of this network's attachments the runtime no longer knows."""
-    from common.gc import stamps, valid_attachments, written_since
+    from common.gc import valid_attachments
 
     data_dir = config.parse_data_dir(request.conf, request.environ)
     valid = valid_attachments(request.conf.body)
     if not os.path.isdir(data_dir):
         return
     store = BackupStore(data_dir)
-    before = stamps(data_dir)
+    before = store.stamps()
     with store.lock():
-        in_flight = written_since(data_dir, before)
-        for name in store.stale(request.network, valid):
-            if name in in_flight:
-                request.log.info(f"gc: kept {name}: its ADD was running")
-                continue
-            store.remove_file(name)
-            request.log.info(f"gc: removed {os.path.join(data_dir, name)}")
+        stale, in_flight = store.sweep(request.network, valid, before)
+        for backup in in_flight:
+            request.log.info(f"gc: kept {store.file_of(backup)}: its ADD was running")
+        for backup in stale:
+            store.forget(backup)
+            request.log.info(f"gc: removed {store.path(store.file_of(backup))}")
 
 
 def status(request: Request) -> None:

@@ -3,10 +3,11 @@
     python -m tests.harness.crashpoint PLUGIN [MODULE:ATTR@N[+]]
 
 runs PLUGIN's executable code (its __main__.main, in this process) after wrapping the
-function MODULE:ATTR (e.g. `portmap.nft:Nft.run`, `common.state:StateDir.write_json`) so
-that its N-th call kills the process with SIGKILL right before it runs, or right after it
-returned with a trailing `+`. Random kills (tests/harness/crash.py) rarely land in the
-short windows between two kernel changes; these land exactly there, at every step.
+function MODULE:ATTR (e.g. `portmap.libnftables:Context.run`,
+`common.state:StateDir.write_json`) so that its N-th call kills the process with SIGKILL
+right before it runs, or right after it returned with a trailing `+`. Random kills
+(tests/harness/crash.py) rarely land in the short windows between two kernel changes;
+these land exactly there, at every step.
 
 Without a crash point, or with CRASHPOINT_COUNT=path in the environment, nothing is
 killed and the number of calls of every watched function is written to that file as
@@ -41,7 +42,11 @@ STATE_STEPS = (
     "os:rename",
 )
 WATCHED = {
-    "portmap": ("portmap.verbs:enable_route_localnet", "portmap.nft:Nft.run", *STATE_STEPS),
+    "portmap": (
+        "portmap.verbs:enable_route_localnet",
+        "portmap.libnftables:Context.run",
+        *STATE_STEPS,
+    ),
     "bandwidth": ("bandwidth.tc:Rtnl._apply_one", *STATE_STEPS),
     "tuning": ("tuning.apply:write_sysctl", "tuning.apply:Links.change", *STATE_STEPS),
 }
