@@ -222,7 +222,7 @@ def report(impls: list[Impl], rounds: int, notes: list[str]) -> str:
             "\n\nWith the helper, the exec'd process is a client that hands its call to a "
             "worker forked from the helper: the first CPU row and the client column leave the "
             "worker out; the all-in row adds the CPU of the helper, its workers and spares "
-            "(forks, rehearsals) over the timed rounds, divided by the rounds. "
+            "(forks) over the timed rounds, divided by the rounds. "
             '"worker private" is its private memory at the end of the call '
             "(the helper's --stats), what a call adds on top of the helper.\n\n"
         )
@@ -241,11 +241,10 @@ def report(impls: list[Impl], rounds: int, notes: list[str]) -> str:
             row: list[object] = [key]
             for impl in helped:
                 stats = [x for x in impl.worker if (x["plugin"], x["command"]) == (plugin, verb)]
-                warm = sum(1 for x in stats if x["rehearsed"])
-                row += [median([x["ms"] for x in stats]), f"{warm}/{len(stats)}"]
+                row.append(median([x["ms"] for x in stats]))
             work_rows.append(row)
         text += "## Time inside the worker (the helper's --stats: skel.run only), medians\n\n"
-        cols = [c for i in helped for c in (f"{i.name} worker ms", f"{i.name} rehearsed")]
+        cols = [f"{i.name} worker ms" for i in helped]
         text += markdown_table(("call", *cols), work_rows) + "\n\n"
         text += "## The helper's memory after the run (helper + waiting spares)\n\n"
         text += markdown_table(
@@ -322,13 +321,13 @@ def main() -> None:
         for impl in impls:  # warm the page cache, the helper and the Go plugins' chains
             impl.round(spawn, 0, record=False)
         seen = {i.name: len(i.helper.worker_stats()) for i in impls if i.helper is not None}
-        time.sleep(0.5)  # the warm-up's refills and rehearsals end before the first reading
+        time.sleep(0.5)  # the warm-up's refills end before the first reading
         cpu0 = {i.name: i.helper.cpu_ms() for i in impls if i.helper is not None}
         for r in range(rounds):
             for impl in rotated(impls, r):
                 impl.round(spawn, r + 1, record=True)
             print(f"round {r + 1}/{rounds} done", flush=True)
-        time.sleep(0.5)  # the last refills and rehearsals are part of the price
+        time.sleep(0.5)  # the last refills are part of the price
         for impl in impls:
             if impl.helper is not None:
                 impl.helper_cpu_ms = impl.helper.cpu_ms() - cpu0[impl.name]

@@ -337,8 +337,8 @@ def report(cases: list[Case], impls: list[str], rounds: int, notes: list[str]) -
 def all_in_cpu(cases: list[Case], impls: list[str], plugins: list[str], rounds: int) -> str:
     """CPU of one VERSION + ADD + CHECK + DEL cycle, the helper's share included.
 
-    A helper's workers are not children of the exec'd client: their CPU, the refill forks
-    and the spares' rehearsals show only in the helper's own accounting, read over the
+    A helper's workers are not children of the exec'd client: their CPU and the refill
+    forks show only in the helper's own accounting, read over the
     timed rounds and divided by them (a mean, not a median)."""
     by = {(c.plugin, c.impl): c for c in cases}
     rows: list[list[object]] = []
@@ -361,7 +361,7 @@ def all_in_cpu(cases: list[Case], impls: list[str], plugins: list[str], rounds: 
     return (
         "\n## CPU of one VERSION + ADD + CHECK + DEL cycle, all-in (ms)\n\n"
         "Sums of the per-verb medians of the exec'd processes, plus, with a helper, the CPU "
-        "of the helper, its workers and its spares (forks, rehearsals) over the timed rounds "
+        "of the helper, its workers and its spares (forks) over the timed rounds "
         "divided by the rounds. Tree: the helper and its waiting spares after the run "
         "(smaps_rollup, summed; Pss counts shared pages once).\n\n"
         + markdown_table(("plugin", "Go CPU ms", *cols), rows)
@@ -418,14 +418,14 @@ def main() -> None:
         for case in cases:  # warm the page cache, the helper and the Go plugins' chains
             case.cycle(spawn, record=False)
         seen = {id(c): len(c.helper.worker_stats()) for c in cases if c.helper is not None}
-        time.sleep(0.5)  # the warm-up's refills and rehearsals end before the first reading
+        time.sleep(0.5)  # the warm-up's refills end before the first reading
         cpu0 = {id(c): c.helper.cpu_ms() for c in cases if c.helper is not None}
         for r in range(rounds):
             for plugin in plugins:
                 for case in rotated([c for c in cases if c.plugin == plugin], r):
                     case.cycle(spawn, record=True)
             print(f"round {r + 1}/{rounds} done", flush=True)
-        time.sleep(0.5)  # the last refills and rehearsals are part of the price
+        time.sleep(0.5)  # the last refills are part of the price
         for case in cases:
             if case.helper is not None:
                 case.helper_cpu_ms = case.helper.cpu_ms() - cpu0[id(case)]

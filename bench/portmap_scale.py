@@ -61,7 +61,6 @@ from portmap.xtables import COMMENT_PREFIX, chain_name  # noqa: E402
 GO = str(GO_BIN / "portmap")
 NETWORK = "benchnet"
 FLAVOURS = ("go", "ours-nftables", "ours-iptables", "ours-nftables+helper")
-COLD = "ours-nftables+helper-nr"  # a helper with --no-rehearsal (--no-rehearsal-too)
 
 
 def sh(*argv: str, stdin: str | None = None) -> str:
@@ -203,13 +202,10 @@ class Flavour:
             fill_nft(self.ns, self.n, self.state)
         else:
             fill_iptables(self.ns, self.n, go_style=self.name == "go")
-        if "+helper" in self.name:
-            extra = ["--no-rehearsal"] if self.name == COLD else None
+        if self.name.endswith("+helper"):
             with entered(f"/run/netns/{self.ns}"):
                 self.helper = stack.enter_context(
-                    resident_helper(
-                        self.state / "helper.sock", self.env, self.state, extra_args=extra
-                    )
+                    resident_helper(self.state / "helper.sock", self.env, self.state)
                 )
             self.env["CNI_META_HELPER"] = str(self.helper.socket)
 
@@ -259,7 +255,7 @@ def table(results: list[dict[str, Any]], reps: int, notes: list[str]) -> str:
     rows: list[list[object]] = []
     for n in sorted({r["n"] for r in results}):
         go = by.get(("go", n))
-        for name in (*FLAVOURS, COLD):
+        for name in FLAVOURS:
             r = by.get((name, n))
             if r is None:
                 continue
@@ -304,7 +300,7 @@ def plot(results: list[dict[str, Any]], path: Path) -> None:
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
     for ax, key, title in ((axes[0], "add_ms", "ADD"), (axes[1], "del_ms", "DEL")):
-        for flavour in [f for f in (*FLAVOURS, COLD) if any(r["flavour"] == f for r in results)]:
+        for flavour in [f for f in FLAVOURS if any(r["flavour"] == f for r in results)]:
             rows = sorted((r for r in results if r["flavour"] == flavour), key=lambda r: r["n"])
             ax.plot([r["n"] for r in rows], [r[key] for r in rows], marker="o", label=flavour)
         ax.set_xscale("log")
@@ -332,14 +328,11 @@ def main() -> int:
     sizes = [10, 100] if a.quick else [int(s) for s in a.sizes.split(",")]
     reps = 2 if a.quick else a.reps
     names = [f for f in a.flavours.split(",") if f]
-    if a.no_rehearsal_too and COLD not in names:
-        names.append(COLD)
     notes = []
     skip = "skipped by --no-helper" if a.no_helper else helper_unavailable()
-    for helped in ("ours-nftables+helper", COLD):
-        if skip and helped in names:
-            names.remove(helped)
-            notes.append(f"{helped}: {skip}")
+    if skip and "ours-nftables+helper" in names:
+        names.remove("ours-nftables+helper")
+        notes.append(f"ours-nftables+helper: {skip}")
     out = Path(a.out) if a.out else results_dir()
     out.mkdir(parents=True, exist_ok=True)
     results = []

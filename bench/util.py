@@ -122,11 +122,12 @@ GO_BIN = Path("/usr/lib/cni")
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
-# The implementation names of ours with a resident helper: default options, and (with
-# --no-rehearsal-too) one whose spares wait without rehearsing.
+# The implementation names of ours with a resident helper -> its extra options (None:
+# $BENCH_HELPER_ARGS). An A/B run of a helper option adds a second entry here; the
+# helper-decision run (bench/results/helper-decision.md) had "ours+helper-nr" with the
+# since removed --no-rehearsal.
 HELPER_IMPL = "ours+helper"
-COLD_HELPER = "ours+helper-nr"
-HELPER_ARGS = {HELPER_IMPL: None, COLD_HELPER: ["--no-rehearsal"]}
+HELPER_ARGS: dict[str, list[str] | None] = {HELPER_IMPL: None}
 
 
 def helper_impls(args: argparse.Namespace) -> tuple[list[str], list[str]]:
@@ -134,21 +135,12 @@ def helper_impls(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     skip = "skipped by --no-helper" if args.no_helper else helper_unavailable()
     if skip:
         return [], [f"{HELPER_IMPL}: {skip}"]
-    names = [HELPER_IMPL, COLD_HELPER] if args.no_rehearsal_too else [HELPER_IMPL]
-    notes = []
-    if args.no_rehearsal_too:
-        notes.append(f"{COLD_HELPER}: the helper started with --no-rehearsal (cold spares)")
-    return names, notes
+    return list(HELPER_ARGS), []
 
 
 def add_launcher_args(ap: argparse.ArgumentParser) -> None:
     """The options every bench that runs our plugins shares: --no-helper, --launcher."""
     ap.add_argument("--no-helper", action="store_true", help="skip the resident helper")
-    ap.add_argument(
-        "--no-rehearsal-too",
-        action="store_true",
-        help=f"also run ours with a helper started with --no-rehearsal ({COLD_HELPER})",
-    )
     ap.add_argument(
         "--launcher",
         choices=("installed", "venv"),
@@ -315,7 +307,7 @@ class Helper:
 
     def cpu_ms(self) -> float:
         """CPU (user + sys) used so far by the helper, its live children and every child it
-        reaped: forks, rehearsals and the workers' calls, all that the helper costs."""
+        reaped: forks and the workers' calls, all that the helper costs."""
         ticks = 0
         for pid in self.tree():
             with suppress(OSError, IndexError, ValueError), open(f"/proc/{pid}/stat") as f:
@@ -385,7 +377,7 @@ def resident_helper(
     Started from the calling thread's network namespace (callers enter their host netns
     first); `prefix` wraps the command, e.g. nsenter into a runtime's mount namespace (then
     socket_path is as seen in there; stats_dir must be visible in both). Extra helper
-    options are `extra_args`, or else from $BENCH_HELPER_ARGS (e.g. "--no-rehearsal").
+    options are `extra_args`, or else from $BENCH_HELPER_ARGS (e.g. "--spares 3").
     """
     log = stats_dir / "helper.log"
     stats = stats_dir / "helper-stats.jsonl"
