@@ -14,7 +14,7 @@ CNI_BIN_DIR ?= /opt/cni/bin
 CNI_META_PREFIX ?= /opt/cni-meta-plugins
 INSTALL_APT := python3-venv python3-dev gcc libnftables1 iptables
 
-.PHONY: all deps apt venv lint test test-unit test-runtimes fuzz demo bench install uninstall clean
+.PHONY: all deps apt venv lint test test-unit test-runtimes fuzz demo bench install install-helper uninstall clean
 
 all: test
 
@@ -85,7 +85,17 @@ install:
 	@$(MAKE) --no-print-directory apt APT_PACKAGES="$(INSTALL_APT)"
 	deploy/install.sh --python $(PYTHON_BASE) --bin-dir $(CNI_BIN_DIR) --prefix $(CNI_META_PREFIX)
 
+# `make install-helper`: the same, then the resident helper (docs/helper.md) as the systemd
+# unit cni-meta-helper, started now and at every boot. `make uninstall` removes it too.
+HELPER_UNIT := /etc/systemd/system/cni-meta-helper.service
+install-helper: install
+	sed 's|/opt/cni-meta-plugins|$(CNI_META_PREFIX)|g' deploy/cni-meta-helper.service >$(HELPER_UNIT)
+	systemctl daemon-reload
+	systemctl enable --now cni-meta-helper.service
+
 uninstall:
+	if [ -f $(HELPER_UNIT) ]; then systemctl disable --now cni-meta-helper.service; \
+	  rm -f $(HELPER_UNIT); systemctl daemon-reload; fi
 	deploy/install.sh --uninstall --bin-dir $(CNI_BIN_DIR) --prefix $(CNI_META_PREFIX)
 
 # The runtime suites (podman, cnitool, containerd, install) also run in `make test`.

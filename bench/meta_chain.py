@@ -23,6 +23,7 @@ import argparse
 import json
 import sys
 import tempfile
+import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.util import (
     GO_BIN,
+    HELPER_ARGS,
     SYSTEM_PATH,
     Call,
     Helper,
@@ -40,8 +42,8 @@ from bench.util import (
     build_spawner,
     can_plot,
     header,
+    helper_impls,
     helper_note,
-    helper_unavailable,
     markdown_table,
     median,
     our_plugins,
@@ -114,6 +116,7 @@ class Impl:
     calls: dict[str, list[Call]] = field(default_factory=dict)
     totals: list[float] = field(default_factory=list)  # ms per round, the six calls
     worker: list[dict[str, Any]] = field(default_factory=list)  # the helper's stats lines
+    helper_cpu_ms: float = 0.0  # the helper tree's CPU over the timed rounds
 
     def exec_env(self, command: str, rt: Runtime) -> dict[str, str]:
         return {
@@ -188,13 +191,17 @@ def report(impls: list[Impl], rounds: int, notes: list[str]) -> str:
     cpu_row: list[object] = ["CPU ms (user + sys of the six exec'd processes)", cpu(go)]
     for impl in ours:
         cpu_row += [cpu(impl), f"{cpu(impl) / cpu(go):.2f}x"]
+    helped = [i for i in ours if i.helper is not None]
+    all_in: list[object] = ["CPU ms all-in (the six processes + the helper's, per round)", cpu(go)]
+    for impl in ours:
+        total = cpu(impl) + impl.helper_cpu_ms / rounds
+        all_in += [total, f"{total / cpu(go):.2f}x"]
     rss_rows = [[p, *(rss(impl, p) for impl in impls)] for p in META]
     rss_cols = [f"{i.name}{' (client)' if i.helper else ''} MiB" for i in impls]
-    helped = next((i for i in impls if i.helper is not None), None)
-    if helped is not None:
-        rss_cols.append("worker private MiB")
+    for impl in helped:
+        rss_cols.append(f"{impl.name} worker private MiB")
         for row in rss_rows:
-            stats = [x["private_kb"] for x in helped.worker if x["plugin"] == row[0]]
+            stats = [x["private_kb"] for x in impl.worker if x["plugin"] == row[0]]
             row.append(max(stats, default=0) / 1024)
     text = header(
         "Meta chain after the Go bridge: portmap + bandwidth + tuning, ADD + DEL",
@@ -205,18 +212,46 @@ def report(impls: list[Impl], rounds: int, notes: list[str]) -> str:
         "Target: at most 1.0x Go's.",
     )
     text += "".join(f"- {n}\n" for n in notes) + ("\n" if notes else "")
-    text += markdown_table(("call", "Go ms", *cols), [*rows, cpu_row])
+    text += markdown_table(
+        ("call", "Go ms", *cols), [*rows, cpu_row, *([all_in] if helped else [])]
+    )
     text += "\n\n## Peak RSS (largest ru_maxrss of the plugin's ADD and DEL processes)\n\n"
     text += markdown_table(("plugin", *rss_cols), rss_rows)
-    if helped is not None and helped.helper is not None:
-        mem = helped.helper.memory_kib()
+    if helped:
         text += (
             "\n\nWith the helper, the exec'd process is a client that hands its call to a "
-            "worker forked from the helper: the CPU row and the client column leave the "
-            'worker out; "worker private" is its private memory at the end of the call '
-            "(the helper's --stats), what a call adds on top of the helper, which itself had "
-            f"VmRSS {mem.get('VmRSS', 0) / 1024:.1f} MiB after the run."
+            "worker forked from the helper: the first CPU row and the client column leave the "
+            "worker out; the all-in row adds the CPU of the helper, its workers and spares "
+            "(forks) over the timed rounds, divided by the rounds. "
+            '"worker private" is its private memory at the end of the call '
+            "(the helper's --stats), what a call adds on top of the helper.\n\n"
         )
+        mem_rows = []
+        for impl in helped:
+            assert impl.helper is not None
+            own = impl.helper.memory_kib()
+            tree = impl.helper.tree_memory_kib()
+            mem_rows.append(
+                [impl.name, own.get("VmRSS", 0) / 1024, tree["processes"],
+                 tree["Rss"] / 1024, tree["Pss"] / 1024, tree["Private"] / 1024]
+            )  # fmt: skip
+        work_rows = []
+        for key in CALLS:
+            plugin, verb = key.split()
+            row: list[object] = [key]
+            for impl in helped:
+                stats = [x for x in impl.worker if (x["plugin"], x["command"]) == (plugin, verb)]
+                row.append(median([x["ms"] for x in stats]))
+            work_rows.append(row)
+        text += "## Time inside the worker (the helper's --stats: skel.run only), medians\n\n"
+        cols = [f"{i.name} worker ms" for i in helped]
+        text += markdown_table(("call", *cols), work_rows) + "\n\n"
+        text += "## The helper's memory after the run (helper + waiting spares)\n\n"
+        text += markdown_table(
+            ("helper", "helper VmRSS MiB", "processes", "sum Rss MiB", "sum Pss MiB",
+             "sum private MiB"),
+            mem_rows,
+        )  # fmt: skip
     return text + "\n"
 
 
@@ -254,13 +289,8 @@ def main() -> None:
     args = ap.parse_args()
     quick_mode(args.quick)
     rounds = 3 if args.quick else args.rounds
-    notes = []
-    names = ["Go", "ours"]
-    skip = "skipped by --no-helper" if args.no_helper else helper_unavailable()
-    if skip:
-        notes.append(f"ours+helper: {skip}")
-    else:
-        names.append("ours+helper")
+    helpers, notes = helper_impls(args)
+    names = ["Go", "ours", *helpers]
     with tempfile.TemporaryDirectory(prefix="cmpb-") as tmp, ExitStack() as stack:
         workdir = Path(tmp)
         spawn = Spawner(build_spawner(workdir))
@@ -279,22 +309,28 @@ def main() -> None:
             }
             cni_path = str(GO_BIN) if name == "Go" else f"{our_bin}:{GO_BIN}"
             impl = Impl(name, cni_path, host, data, env)
-            if name == "ours+helper":
+            if name in helpers:
                 with host.entered():
                     impl.helper = stack.enter_context(
-                        resident_helper(data / "helper.sock", env, data)
+                        resident_helper(
+                            data / "helper.sock", env, data, extra_args=HELPER_ARGS[name]
+                        )
                     )
                 impl.env["CNI_META_HELPER"] = str(impl.helper.socket)
             impls.append(impl)
         for impl in impls:  # warm the page cache, the helper and the Go plugins' chains
             impl.round(spawn, 0, record=False)
         seen = {i.name: len(i.helper.worker_stats()) for i in impls if i.helper is not None}
+        time.sleep(0.5)  # the warm-up's refills end before the first reading
+        cpu0 = {i.name: i.helper.cpu_ms() for i in impls if i.helper is not None}
         for r in range(rounds):
             for impl in rotated(impls, r):
                 impl.round(spawn, r + 1, record=True)
             print(f"round {r + 1}/{rounds} done", flush=True)
+        time.sleep(0.5)  # the last refills are part of the price
         for impl in impls:
             if impl.helper is not None:
+                impl.helper_cpu_ms = impl.helper.cpu_ms() - cpu0[impl.name]
                 impl.worker = impl.helper.worker_stats(seen[impl.name])
                 calls = sum(len(v) for v in impl.calls.values())
                 note = helper_note(impl.name, impl.helper, len(impl.worker), calls)

@@ -29,6 +29,7 @@ import argparse
 import json
 import sys
 import tempfile
+import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.util import (
     GO_BIN,
+    HELPER_ARGS,
     SYSTEM_PATH,
     Call,
     Helper,
@@ -47,8 +49,8 @@ from bench.util import (
     build_spawner,
     can_plot,
     header,
+    helper_impls,
     helper_note,
-    helper_unavailable,
     markdown_table,
     median,
     our_plugins,
@@ -140,6 +142,7 @@ class Case:
     helper: Helper | None = None
     calls: dict[str, list[Call]] = field(default_factory=dict)
     worker: list[dict[str, Any]] = field(default_factory=list)  # the helper's stats lines
+    helper_cpu_ms: float = 0.0  # the helper tree's CPU over the timed rounds
 
     @property
     def exe_argv(self) -> list[str]:
@@ -233,11 +236,14 @@ def make_cases(
                 "CNI_META_HELPER": "off",
             }
             case = Case(plugin, impl, exe, conf, host, ctr, env)
-            if impl == "ours+helper":
+            if impl in HELPER_ARGS:
                 with host.entered():
                     case.helper = stack.enter_context(
-                        resident_helper(workdir / label / "helper.sock", env, workdir / label)
-                    )
+                        resident_helper(
+                            workdir / label / "helper.sock", env, workdir / label,
+                            extra_args=HELPER_ARGS[impl],
+                        )
+                    )  # fmt: skip
                 case.env["CNI_META_HELPER"] = str(case.helper.socket)
             attach(spawn, case, workdir, label)
             cases.append(case)
@@ -275,8 +281,9 @@ def report(cases: list[Case], impls: list[str], rounds: int, notes: list[str]) -
             cpu_rows.append(cpu_row)
             rss_row: list[object] = [plugin, verb]
             rss_row += [cell(plugin, impl, verb, "rss") for impl in impls]
-            helper_case = by.get((plugin, "ours+helper"))
-            if helper_case is not None:
+            for helper_case in (by.get((plugin, impl)) for impl in impls):
+                if helper_case is None or helper_case.helper is None:
+                    continue
                 stats = [x for x in helper_case.worker if x["command"] == verb]
                 rss_row += [
                     max((x["private_kb"] for x in stats), default=0) / 1024,
@@ -285,9 +292,10 @@ def report(cases: list[Case], impls: list[str], rounds: int, notes: list[str]) -
             rss_rows.append(rss_row)
     ratio_cols = [c for impl in ours_impls for c in (f"{impl} ms", f"{impl}/Go")]
     cpu_cols = [c for impl in ours_impls for c in (f"{impl} CPU ms", f"{impl}/Go")]
-    rss_cols = [f"{impl}{' (client)' if impl == 'ours+helper' else ''} MiB" for impl in impls]
-    if "ours+helper" in impls:
-        rss_cols += ["worker private MiB", "worker RSS MiB (incl. shared)"]
+    rss_cols = [f"{impl}{' (client)' if impl in HELPER_ARGS else ''} MiB" for impl in impls]
+    for impl in impls:
+        if impl in HELPER_ARGS:
+            rss_cols += [f"{impl} worker private MiB", f"{impl} worker RSS MiB (incl. shared)"]
     helpers = [c for c in cases if c.helper is not None]
     helper_text = ""
     if helpers:
@@ -321,7 +329,44 @@ def report(cases: list[Case], impls: list[str], rounds: int, notes: list[str]) -
     text += "\n\n## Peak RSS per call (ru_maxrss of the exec'd process, largest of all rounds)\n\n"
     text += markdown_table(("plugin", "verb", *rss_cols), rss_rows)
     text += helper_text
+    if helpers:
+        text += all_in_cpu(cases, impls, plugins, rounds)
     return text + "\n"
+
+
+def all_in_cpu(cases: list[Case], impls: list[str], plugins: list[str], rounds: int) -> str:
+    """CPU of one VERSION + ADD + CHECK + DEL cycle, the helper's share included.
+
+    A helper's workers are not children of the exec'd client: their CPU and the refill
+    forks show only in the helper's own accounting, read over the
+    timed rounds and divided by them (a mean, not a median)."""
+    by = {(c.plugin, c.impl): c for c in cases}
+    rows: list[list[object]] = []
+    for plugin in plugins:
+        go = sum(median([c.cpu_seconds * 1000 for c in by[(plugin, "Go")].calls[v]]) for v in VERBS)
+        row: list[object] = [plugin, go]
+        for impl in impls[1:]:
+            case = by[(plugin, impl)]
+            total = sum(median([c.cpu_seconds * 1000 for c in case.calls[v]]) for v in VERBS)
+            total += case.helper_cpu_ms / rounds
+            row += [total, f"{total / go:.1f}x"]
+        mems = [by[(plugin, i)].helper for i in impls if by[(plugin, i)].helper is not None]
+        for helper in mems:
+            assert helper is not None
+            tree = helper.tree_memory_kib()
+            row.append(f"{tree['Rss'] / 1024:.1f} / {tree['Pss'] / 1024:.1f}")
+        rows.append(row)
+    cols = [c for impl in impls[1:] for c in (f"{impl} CPU ms", f"{impl}/Go")]
+    cols += [f"{impl} tree Rss / Pss MiB" for impl in impls if impl in HELPER_ARGS]
+    return (
+        "\n## CPU of one VERSION + ADD + CHECK + DEL cycle, all-in (ms)\n\n"
+        "Sums of the per-verb medians of the exec'd processes, plus, with a helper, the CPU "
+        "of the helper, its workers and its spares (forks) over the timed rounds "
+        "divided by the rounds. Tree: the helper and its waiting spares after the run "
+        "(smaps_rollup, summed; Pss counts shared pages once).\n\n"
+        + markdown_table(("plugin", "Go CPU ms", *cols), rows)
+        + "\n"
+    )
 
 
 def plot(cases: list[Case], impls: list[str], path: Path) -> None:
@@ -339,7 +384,7 @@ def plot(cases: list[Case], impls: list[str], path: Path) -> None:
         for impl in impls
     }
     rss = {
-        impl + (" (client)" if impl == "ours+helper" else ""): [
+        impl + (" (client)" if impl in HELPER_ARGS else ""): [
             max(c.rss_mib for c in by[(p, impl)].calls[v]) for p in plugins for v in VERBS
         ]
         for impl in impls
@@ -362,13 +407,8 @@ def main() -> None:
     args = ap.parse_args()
     quick_mode(args.quick)
     rounds = 3 if args.quick else args.rounds
-    notes = []
-    impls = ["Go", "ours"]
-    skip = "skipped by --no-helper" if args.no_helper else helper_unavailable()
-    if skip:
-        notes.append(f"ours+helper: {skip}")
-    else:
-        impls.append("ours+helper")
+    helpers, notes = helper_impls(args)
+    impls = ["Go", "ours", *helpers]
     plugins = args.plugins.split(",")
     with tempfile.TemporaryDirectory(prefix="cmpb-") as tmp, ExitStack() as stack:
         workdir = Path(tmp)
@@ -378,13 +418,17 @@ def main() -> None:
         for case in cases:  # warm the page cache, the helper and the Go plugins' chains
             case.cycle(spawn, record=False)
         seen = {id(c): len(c.helper.worker_stats()) for c in cases if c.helper is not None}
+        time.sleep(0.5)  # the warm-up's refills end before the first reading
+        cpu0 = {id(c): c.helper.cpu_ms() for c in cases if c.helper is not None}
         for r in range(rounds):
             for plugin in plugins:
                 for case in rotated([c for c in cases if c.plugin == plugin], r):
                     case.cycle(spawn, record=True)
             print(f"round {r + 1}/{rounds} done", flush=True)
+        time.sleep(0.5)  # the last refills are part of the price
         for case in cases:
             if case.helper is not None:
+                case.helper_cpu_ms = case.helper.cpu_ms() - cpu0[id(case)]
                 case.worker = case.helper.worker_stats(seen[id(case)])
                 calls = sum(len(v) for v in case.calls.values())
                 note = helper_note(case.plugin, case.helper, len(case.worker), calls)

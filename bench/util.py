@@ -122,6 +122,22 @@ GO_BIN = Path("/usr/lib/cni")
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
+# The implementation names of ours with a resident helper -> its extra options (None:
+# $BENCH_HELPER_ARGS). An A/B run of a helper option adds a second entry here; the
+# helper-decision run (bench/results/helper-decision.md) had "ours+helper-nr" with the
+# since removed --no-rehearsal.
+HELPER_IMPL = "ours+helper"
+HELPER_ARGS: dict[str, list[str] | None] = {HELPER_IMPL: None}
+
+
+def helper_impls(args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    """(names of ours-with-a-helper implementations to run, notes) for the parsed options."""
+    skip = "skipped by --no-helper" if args.no_helper else helper_unavailable()
+    if skip:
+        return [], [f"{HELPER_IMPL}: {skip}"]
+    return list(HELPER_ARGS), []
+
+
 def add_launcher_args(ap: argparse.ArgumentParser) -> None:
     """The options every bench that runs our plugins shares: --no-helper, --launcher."""
     ap.add_argument("--no-helper", action="store_true", help="skip the resident helper")
@@ -250,7 +266,7 @@ def write_raw(name: str, data: Any) -> Path:
 
 # ------------------------------------------------------------------------ resident helper
 
-HELPER_SOURCE = REPO / "common" / "helper.py"
+HELPER_SOURCE = REPO / "cnihelper" / "server.py"
 
 
 def helper_unavailable() -> str | None:
@@ -281,6 +297,39 @@ class Helper:
         except FileNotFoundError:
             return []
         return [json.loads(line) for line in lines[skip:] if line.strip()]
+
+    def tree(self) -> list[int]:
+        """The helper and its live children (spares, workers)."""
+        pids = [self.proc.pid]
+        with suppress(OSError), open(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children") as f:
+            pids += [int(p) for p in f.read().split()]
+        return pids
+
+    def cpu_ms(self) -> float:
+        """CPU (user + sys) used so far by the helper, its live children and every child it
+        reaped: forks and the workers' calls, all that the helper costs."""
+        ticks = 0
+        for pid in self.tree():
+            with suppress(OSError, IndexError, ValueError), open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+                # utime stime cutime cstime; a live child's reaped children count too
+                ticks += sum(int(x) for x in fields[11:15])
+        return ticks * 1000 / os.sysconf("SC_CLK_TCK")
+
+    def tree_memory_kib(self) -> dict[str, int]:
+        """Rss and Pss summed over the helper and its live children (smaps_rollup): what
+        the node pays for the helper with its spares waiting. Pss shares shared pages."""
+        out = {"Rss": 0, "Pss": 0, "Private": 0, "processes": 0}
+        for pid in self.tree():
+            with suppress(OSError), open(f"/proc/{pid}/smaps_rollup") as f:
+                out["processes"] += 1
+                for line in f:
+                    key, _, value = line.partition(":")
+                    if key in ("Rss", "Pss"):
+                        out[key] += int(value.split()[0])
+                    elif key in ("Private_Clean", "Private_Dirty"):
+                        out["Private"] += int(value.split()[0])
+        return out
 
     def memory_kib(self) -> dict[str, int]:
         """VmRSS / VmHWM of the fork server itself (what it keeps resident on the node)."""
@@ -321,18 +370,21 @@ def resident_helper(
     stats_dir: Path,
     prefix: Sequence[str] = (),
     timeout: float = 60,
+    extra_args: Sequence[str] | None = None,
 ) -> Iterator[Helper]:
     """`python -m cnihelper.server --socket PATH --stats FILE` in the foreground, then stopped.
 
     Started from the calling thread's network namespace (callers enter their host netns
     first); `prefix` wraps the command, e.g. nsenter into a runtime's mount namespace (then
     socket_path is as seen in there; stats_dir must be visible in both). Extra helper
-    options may come from $BENCH_HELPER_ARGS (e.g. "--no-rehearsal", for an A/B run).
+    options are `extra_args`, or else from $BENCH_HELPER_ARGS (e.g. "--spares 3").
     """
     log = stats_dir / "helper.log"
     stats = stats_dir / "helper-stats.jsonl"
     argv = [sys.executable, "-m", "cnihelper.server", "--socket", str(socket_path)]
-    argv += os.environ.get("BENCH_HELPER_ARGS", "").split()
+    if extra_args is None:
+        extra_args = os.environ.get("BENCH_HELPER_ARGS", "").split()
+    argv += extra_args
     with open(log, "wb") as logf:
         proc = subprocess.Popen(
             [*prefix, *argv, "--stats", str(stats)], env=env, cwd=REPO,

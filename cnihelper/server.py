@@ -37,25 +37,22 @@ import io
 import json
 import os
 import select
-import shutil
 import signal
 import socket
 import sys
-import tempfile
 import time
 from typing import Any
 
 from bandwidth import hooks as bandwidth_hooks
 from common import fastpath
 from common.errors import MAX_STDIN_BYTES
-from common.netns import CLONE_NEWNET, CLONE_NEWNS, entered, libc, setns, unshare
+from common.netns import CLONE_NEWNET, CLONE_NEWNS, libc, setns
 from portmap import hooks as portmap_hooks
 from tuning import hooks as tuning_hooks
 
 PLUGINS = ("portmap", "bandwidth", "tuning")
 PR_SET_PDEATHSIG = 1
 REFILL_DELAY = 0.03  # seconds between a spare taking a call and its replacement's fork
-QUIET = 0.1  # seconds a spare forked in a hurry waits for a call before it rehearses
 _MAX_REQUEST = 256 * 1024
 
 
@@ -153,7 +150,7 @@ def _same_file(fd: int, path: str) -> bool:
 
 
 # What the helper may touch of each plugin: its table of contents (<plugin>.__main__) and
-# its hooks module (preload, rehearsal, release), nothing else.
+# its hooks module (preload), nothing else.
 HOOKS = {"portmap": portmap_hooks, "bandwidth": bandwidth_hooks, "tuning": tuning_hooks}
 
 
@@ -188,80 +185,12 @@ def preload() -> dict[str, Any]:
     return tables
 
 
-def rehearsal() -> list[tuple[str, str, dict[str, Any]]]:
-    """What a spare runs before it waits for a call (see Server._rehearse): each plugin's
-    usual path, in namespaces nobody else can see. (plugin, command, config keys)"""
-    return [(name, command, keys) for name in PLUGINS for command, keys in HOOKS[name].rehearsal()]
-
-
-def _rehearsal_conf(plugin: str, keys: dict[str, Any], sandbox: str) -> bytes:
-    conf: dict[str, Any] = {
-        "cniVersion": "1.0.0",
-        "name": "cni-meta-rehearsal",
-        "type": plugin,
-        "prevResult": {
-            "cniVersion": "1.0.0",
-            "interfaces": [{"name": "eth0", "sandbox": sandbox}],
-            "ips": [{"address": "192.0.2.2/24", "interface": 0}],
-        },
-        **keys,
-    }
-    return json.dumps(conf).encode()
-
-
-class Stage:
-    """Where spares rehearse: two empty network namespaces and a state root, all private.
-
-    Made once by the helper (a "host" netns the rehearsal runs in, a "container" netns it
-    names as CNI_NETNS, a 0700 directory as CNI_META_STATE_ROOT) and shared by every spare:
-    the plugins' own state lock orders concurrent rehearsals, which use one container ID,
-    so any interleaving of them is a valid sequence of calls. Made per spare, the
-    namespaces' teardown (when a worker exits) held the kernel's rtnl lock while real calls
-    waited for it: a bandwidth DEL went from 37 to 58 ms.
-    """
-
-    def __init__(self) -> None:
-        self.fds: list[int] = []
-        home = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            for _ in range(2):  # the container's netns, then the host's
-                unshare(CLONE_NEWNET)
-                self.fds.append(os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC))
-        except OSError:
-            self.close()
-            raise
-        finally:
-            setns(home, CLONE_NEWNET)  # cannot fail: our own namespace, and we are root
-            os.close(home)
-        self.root = tempfile.mkdtemp(prefix="cni-meta-helper-")
-
-    @property
-    def host(self) -> str:
-        return f"/proc/self/fd/{self.fds[1]}"
-
-    @property
-    def sandbox(self) -> str:
-        return f"/proc/self/fd/{self.fds[0]}"
-
-    def close(self) -> None:
-        """In a worker: the call has nothing to do with these."""
-        for fd in self.fds:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        self.fds = []
-
-    def remove(self) -> None:
-        self.close()
-        shutil.rmtree(self.root, ignore_errors=True)
-
-
 class Server:
     def __init__(
         self,
         path: str,
         tables: dict[str, Any],
         stats: str = "",
-        rehearse: bool = True,
         max_workers: int = DEFAULT_MAX_WORKERS,
         call_limit: float = DEFAULT_CALL_LIMIT,
     ) -> None:
@@ -270,13 +199,6 @@ class Server:
         self.stats = stats
         self.max_workers = max_workers
         self.call_limit = call_limit
-        self.stage: Stage | None = None
-        self.rehearsed = False  # in a worker: whether its spare rehearsed every step
-        if rehearse:
-            try:
-                self.stage = Stage()
-            except OSError as e:  # no CAP_SYS_ADMIN (a confined helper): spares wait cold
-                print(f"cni-meta-helper: spares will not rehearse: {e}", file=sys.stderr)
         self.code_id = fastpath.code_id()
         self.own = _privileges("/proc/self")  # a caller must have at least these
         self.parent = os.getpid()
@@ -354,29 +276,24 @@ class Server:
         idle: dict[int, int] = {}  # pid -> pidfd of spares waiting for a call
         busy: dict[int, tuple[int, float]] = {}  # pid -> (pidfd, deadline) of workers
         refill_at = 0.0
-        first = True
         while self.listener is not None or idle or busy:
             if self.stopping:
                 self.close()
             else:
                 self._clear_stalled()
             # Refill at once when no spare is left; otherwise a little later, so that the
-            # fork does not compete for the CPU with the call a spare just took. A spare
-            # forked because none was left is wanted now: it rehearses only if no call
-            # came for a while.
+            # fork does not compete for the CPU with the call a spare just took.
             room = self.listener is not None and len(idle) + len(busy) < self.max_workers
             while room and len(idle) < spares and (not idle or time.monotonic() >= refill_at):
-                hurry = 0.0 if first or idle else QUIET
                 pid = os.fork()
                 if pid == 0:
                     try:
                         os.close(taken_r)
-                        self._spare(taken_w, hurry)  # never returns
+                        self._spare(taken_w)  # never returns
                     finally:
                         os._exit(70)  # whatever happened, never back into this loop
                 idle[pid] = os.pidfd_open(pid)
                 room = len(idle) + len(busy) < self.max_workers
-            first = False
             now = time.monotonic()
             wait = 1.0
             if room and len(idle) < spares:
@@ -421,8 +338,6 @@ class Server:
                     with contextlib.suppress(OSError):
                         signal.pidfd_send_signal(pidfd, signal.SIGKILL)
                     busy[pid] = (pidfd, float("inf"))
-        if self.stage is not None:
-            self.stage.remove()  # no child is left that could still write in there
 
     def _turn_away(self) -> None:
         """All --max-workers are busy: tell the caller to run the plugin itself, now,
@@ -440,7 +355,7 @@ class Server:
             conn.send(b"F")
         conn.close()
 
-    def _spare(self, taken: int, hurry: float = 0.0) -> None:
+    def _spare(self, taken: int) -> None:
         """A waiting worker: take one call from a root peer, then serve it and exit."""
         assert self.listener is not None
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -449,8 +364,6 @@ class Server:
         libc().prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         if os.getppid() != self.parent:
             os._exit(0)  # the helper died before the line above took effect
-        if self.stage is not None and not select.select([self.listener], [], [], hurry)[0]:
-            self._rehearse()
         while True:
             try:
                 conn, _ = self.listener.accept()
@@ -474,66 +387,11 @@ class Server:
         self.listener.close()
         self._worker(conn)
 
-    def _rehearse(self) -> None:
-        """Run the plugins' usual calls once on the stage, before waiting for a real one.
-
-        A freshly forked worker pays for every first use: copy-on-write faults on the
-        pages it shares with the helper (every object a call touches), libnftables'
-        lazy set-up, Python's own caches. Rehearsed in the spare while it waits, the real
-        call finds them done: a portmap DEL in a forked child took 4.5 ms fresh and 1.4 ms
-        rehearsed. Nothing of it is visible outside the stage: the environment has nothing
-        but the CNI variables (no log file), output is discarded, and a call that arrives
-        meanwhile stops the rehearsal at the next step. A rehearsal that fails in any way
-        only means a colder worker.
-        """
-        from common import skel
-
-        assert self.listener is not None and self.stage is not None
-        saved = dict(os.environb)
-        priority = os.getpriority(os.PRIO_PROCESS, 0)
-        try:
-            # Work done ahead of time must not slow what runs now (a runtime starting the
-            # container, other calls): at nice 19 it takes only the CPU nobody else wants.
-            os.setpriority(os.PRIO_PROCESS, 0, 19)
-            os.environ.clear()
-            os.environ.update(
-                CNI_CONTAINERID="cni-meta-rehearsal",
-                CNI_NETNS=self.stage.sandbox,
-                CNI_IFNAME="eth0",
-                CNI_PATH="/nonexistent",
-                CNI_META_STATE_ROOT=self.stage.root,
-                CNI_META_HELPER="off",
-            )
-            with entered(self.stage.host):  # (a spare that cannot come back exits)
-                failed = 0
-                for plugin, command, keys in rehearsal():
-                    if select.select([self.listener], [], [], 0)[0]:
-                        return  # a call is waiting: it gets this spare as it is
-                    os.environ["CNI_COMMAND"] = command
-                    failed |= skel.run(
-                        self.tables[plugin],
-                        environ=os.environ,
-                        stdin=io.BytesIO(_rehearsal_conf(plugin, keys, self.stage.sandbox)),
-                        stdout=io.BytesIO(),
-                        stderr=io.StringIO(),
-                    )
-                self.rehearsed = not failed
-        except Exception:  # noqa: S110 - a cold worker is still a correct one
-            pass
-        finally:
-            for name in PLUGINS:
-                HOOKS[name].release()
-            os.environb.clear()
-            os.environb.update(saved)
-            os.setpriority(os.PRIO_PROCESS, 0, priority)
-
     # --- in the worker -----------------------------------------------------------------
 
     def _worker(self, conn: socket.socket) -> None:
         status = 70
         try:
-            if self.stage is not None:
-                self.stage.close()
             conn.settimeout(fastpath.HANDSHAKE_SECONDS)
             try:
                 caller = peer_pidfd(conn)
@@ -686,7 +544,6 @@ class Server:
                 "ms": round(seconds * 1000, 3),
                 "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
                 "private_kb": private_kb,
-                "rehearsed": self.rehearsed,
             }
         )
         try:
@@ -703,12 +560,6 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--stats", default="", help="append one JSON line per call to this file")
     ap.add_argument(
         "--spares", type=int, default=2, help="workers kept forked and waiting (default 2)"
-    )
-    ap.add_argument(
-        "--no-rehearsal",
-        dest="rehearse",
-        action="store_false",
-        help="spares wait cold instead of running each plugin once in throwaway namespaces",
     )
     ap.add_argument(
         "--max-workers",
@@ -736,7 +587,6 @@ def main(argv: list[str] | None = None) -> None:
         args.socket,
         tables,
         args.stats,
-        args.rehearse,
         max(1, args.max_workers),
         max(0.0, args.call_limit),
     )

@@ -17,6 +17,10 @@
 # --root DIR writes everything below DIR (a scratch root in tests, the node's / mounted at
 # /host in the DaemonSet) while the launchers name the paths as seen from DIR's inside.
 #
+# PREFIX/cni-meta-helper is the same kind of launcher for the optional resident helper
+# (docs/helper.md): deploy/cni-meta-helper.service and the DaemonSet's helper-patch.yaml
+# run it. It is only written, never started here.
+#
 # Executables of the same name that are not ours (e.g. the Go portmap) are moved aside to
 # PREFIX/displaced and put back by --uninstall; every other file in the bin dir (bridge,
 # host-local, ...) is left alone. Each file is written under a temporary name and renamed,
@@ -121,6 +125,7 @@ uninstall() {
     done
     # Remove only what install.sh made (the prefix may be shared, e.g. --prefix /opt).
     if [ -f "$R_PREFIX/.cni-meta-plugins" ]; then
+        if is_ours "$R_PREFIX/cni-meta-helper"; then rm -f "$R_PREFIX/cni-meta-helper"; fi
         for made in "$R_PREFIX"/venv "$R_PREFIX"/venv.* "$R_PREFIX"/bundle "$R_PREFIX"/bundle.*; do
             if [ -L "$made" ] || [ -e "$made" ]; then rm -rf "$made"; fi
         done
@@ -131,6 +136,9 @@ uninstall() {
     fi
 }
 
+# The module whose main() a launcher runs: a plugin's table of contents, or the helper.
+module_of() { if [ "$1" = cni-meta-helper ]; then echo cnihelper.server; else echo "$1.__main__"; fi; }
+
 python_launcher() { # plugin interpreter paths -> launcher text on stdout
     cat <<EOF
 #!$2 -IS
@@ -140,7 +148,7 @@ python_launcher() { # plugin interpreter paths -> launcher text on stdout
 # resolved when this file was written. The plugins exec no programs: PATH does not matter.
 import sys
 sys.path += $3
-from $1.__main__ import main
+from $(module_of "$1") import main
 main()
 EOF
 }
@@ -149,7 +157,7 @@ shell_launcher() { # plugin interpreter paths -> launcher text (when the shebang
     cat <<EOF
 #!/bin/sh
 # $MARKER: $1 (deploy/install.sh)
-exec "$2" -I -S -c 'import sys; sys.path += $3; from $1.__main__ import main; main()' "\$@"
+exec "$2" -I -S -c 'import sys; sys.path += $3; from $(module_of "$1") import main; main()' "\$@"
 EOF
 }
 
@@ -179,7 +187,7 @@ B="$2"
 PATH="$SYSTEM_PATH\${PATH:+:\$PATH}"
 export PATH
 exec "\$B/lib/ld-linux.so" --library-path "\$B/lib" "\$B/bin/python3" -I -S \\
-    -c 'import sys; sys.path.insert(0, "'"\$B"'/site"); from $1.__main__ import main; main()' "\$@"
+    -c 'import sys; sys.path.insert(0, "'"\$B"'/site"); from $(module_of "$1") import main; main()' "\$@"
 EOF
 }
 
@@ -236,8 +244,9 @@ install() {
     paths=""
     [ -n "$bundle" ] || paths=$(site_paths "$interp") || die "cannot ask $interp for its import paths"
     mkdir -p "$R_BIN" "$R_PREFIX/displaced"
-    for p in $plugins; do
+    for p in $plugins cni-meta-helper; do
         target="$R_BIN/$p"
+        [ "$p" != cni-meta-helper ] || target="$R_PREFIX/$p"
         if [ -e "$target" ] && ! is_ours "$target"; then
             mv -f "$target" "$R_PREFIX/displaced/$p"
             say "moved the existing $target aside to $R_PREFIX/displaced/$p"

@@ -3,7 +3,7 @@
 Not pip-nftables' Nftables class, although it wraps the same calls: its destructor runs
 nft_ctx_free at every process exit, which with portmap's table in the context's cache
 took 0.4-15 ms, and `import nftables` costs another 0.3-0.5 ms. A context here lives as
-long as the process, unless release_all() frees it first (the helper's rehearsals).
+long as the process.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ if TYPE_CHECKING:
 SONAME = "libnftables.so.1"
 _OUTPUT_JSON = 1 << 4  # NFT_CTX_OUTPUT_JSON
 _lib: ctypes.CDLL | None = None
-_live: list[Context] = []
 
 
 def load() -> ctypes.CDLL:
@@ -55,7 +54,6 @@ class Context:
         self.ctx = self.lib.nft_ctx_new(0)
         self.lib.nft_ctx_buffer_output(self.ctx)
         self.lib.nft_ctx_buffer_error(self.ctx)
-        _live.append(self)
 
     def set_json_output(self, on: bool) -> None:
         flags = self.lib.nft_ctx_output_get_flags(self.ctx)
@@ -68,11 +66,3 @@ class Context:
         out = self.lib.nft_ctx_get_output_buffer(self.ctx) or b""
         err = self.lib.nft_ctx_get_error_buffer(self.ctx) or b""
         return int(rc), out.decode(errors="replace"), err.decode(errors="replace")
-
-
-def release_all() -> None:
-    """Free every context made so far in this process (a context keeps a netlink socket
-    and its cache of the ruleset)."""
-    while _live:
-        context = _live.pop()
-        context.lib.nft_ctx_free(context.ctx)

@@ -390,12 +390,6 @@ def tag_of(comment: str) -> str:
 # ---------------------------------------------------------------------------- the kernel side
 
 
-def release_contexts() -> None:
-    """Free every context made so far in this process (the helper's spares, after their
-    rehearsal)."""
-    libnftables.release_all()
-
-
 class Nft:
     """One libnftables context, in the netns where it was created (the plugin's own)."""
 

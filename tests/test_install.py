@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -247,3 +248,67 @@ def test_uninstall_removes_only_what_install_made_from_a_shared_prefix(tmp_path:
     install("--quiet", "--uninstall", "--bin-dir", str(bin_dir), "--prefix", str(prefix))
     assert sorted(str(p.relative_to(prefix)) for p in prefix.rglob("*")) == ["other", "other/keep"]
     assert list(bin_dir.iterdir()) == []
+
+
+@pytest.mark.root
+def test_the_installed_helper_launcher_serves_the_installed_plugins(tmp_path: Path) -> None:
+    """install.sh writes PREFIX/cni-meta-helper (what the systemd unit and the DaemonSet's
+    helper-patch.yaml run); it serves the plugins installed beside it (same code), and
+    uninstall removes it."""
+    bin_dir, prefix = tmp_path / "bin", tmp_path / "prefix"
+    install("--quiet", "--venv", str(VENV), "--bin-dir", str(bin_dir), "--prefix", str(prefix))
+    launcher = prefix / "cni-meta-helper"
+    assert "cni-meta-plugins launcher" in launcher.read_text()
+    sock, stats = tmp_path / "helper.sock", tmp_path / "stats.jsonl"
+    helper = subprocess.Popen(
+        [str(launcher), "--socket", str(sock), "--stats", str(stats)], env={},
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        for _ in range(600):
+            if sock.exists():
+                break
+            assert helper.poll() is None, helper.stderr and helper.stderr.read()
+            time.sleep(0.05)
+        time.sleep(0.5)  # its spares are forked
+        assert version(bin_dir / "tuning", env={"CNI_META_HELPER": str(sock)})["cniVersion"]
+        for _ in range(100):
+            if stats.exists() and stats.read_text():
+                break
+            time.sleep(0.05)
+        served = [json.loads(line) for line in stats.read_text().splitlines()]
+        assert [(s["plugin"], s["command"], s["status"]) for s in served] == [
+            ("tuning", "VERSION", 0)
+        ]
+    finally:
+        helper.terminate()
+        helper.wait(30)
+    install("--quiet", "--uninstall", "--bin-dir", str(bin_dir), "--prefix", str(prefix))
+    assert not prefix.exists()
+
+
+def test_daemonset_helper_patch_runs_the_installed_helper_on_the_plugins_socket() -> None:
+    yaml = pytest.importorskip("yaml")
+    from common import fastpath
+
+    pod = manifest()["spec"]["template"]["spec"]
+    patch = yaml.safe_load((MANIFEST.parent / "helper-patch.yaml").read_text())
+    extra = patch["spec"]["template"]["spec"]
+    assert extra["hostPID"] is True  # the helper serves callers in its own pid namespace
+    (helper,) = extra["containers"]
+    assert helper["name"] not in {c["name"] for c in pod["containers"]}
+    prefix_dir = next(a for a in pod["initContainers"][0]["args"] if a.startswith("/opt/cni-meta"))
+    assert helper["command"] == [f"{prefix_dir}/cni-meta-helper"]
+    assert helper["args"] == ["--socket", fastpath.DEFAULT_SOCKET]
+    volumes = {v["name"]: v for v in [*pod["volumes"], *extra["volumes"]]}
+    mounts = {m["mountPath"]: m["name"] for m in helper["volumeMounts"]}
+    # The installed tree at the path the plugins' launchers name (same code id), and the
+    # socket's directory as the node's runtime sees it.
+    assert volumes[mounts[prefix_dir]]["hostPath"]["path"] == prefix_dir
+    sock_dir = os.path.dirname(fastpath.DEFAULT_SOCKET)
+    assert volumes[mounts[sock_dir]]["hostPath"]["path"] == sock_dir
+    unpatch = yaml.safe_load((MANIFEST.parent / "helper-unpatch.yaml").read_text())
+    undo = unpatch["spec"]["template"]["spec"]
+    assert undo["hostPID"] is False
+    assert [c["name"] for c in undo["containers"]] == [helper["name"]]
+    assert {v["name"] for v in undo["volumes"]} == {v["name"] for v in extra["volumes"]}

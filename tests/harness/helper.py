@@ -38,7 +38,7 @@ class Helper:
                 [str(OUR_BIN / "cni-meta-helper"), "--socket", self.socket,
                  "--stats", str(self.stats_file), *self.args],
                 stdout=log, stderr=log, stdin=subprocess.DEVNULL,
-                # The spares' rehearsal stage (a state root) goes in here, not in /tmp.
+                # Anything the helper would put in TMPDIR goes in here (tests look).
                 env={**os.environ, "TMPDIR": str(self.workdir)},
             )  # fmt: skip
         deadline = time.monotonic() + 60
