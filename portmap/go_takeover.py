@@ -1,5 +1,6 @@
 """Removing what the Go portmap (containernetworking/plugins 1.1 to 1.9) made for an
-attachment, when our DEL finds no state of its own for it.
+attachment, when our DEL finds no state of its own for it, and on GC the Go iptables
+mappings of containers no longer valid (see `gc`).
 
 A node that switches to these plugins still has pods whose host ports the Go plugin set
 up; their DEL now comes to us, and the Go rules must go with it, or a later pod on the
@@ -27,7 +28,7 @@ import _socket  # not socket: that imports selectors and enum (~2 ms) for nothin
 import struct
 
 from common.digest import sha512_hex
-from common.errors import KERNEL_FAILURE, CniError
+from common.errors import KERNEL_FAILURE, STATUS_UNAVAILABLE, CniError
 from common.log import Log
 from common.state import AttachmentStore
 
@@ -35,10 +36,13 @@ TYPE_CHECKING = False  # avoids importing typing at run time
 if TYPE_CHECKING:
     from typing import Any
 
+    from common.gc import AttachmentId
     from portmap.nft import Nft
     from portmap.plan import UdpTargets
+    from portmap.xtables import Jump
 
 TOP = "CNI-HOSTPORT-DNAT"
+GO_COMMENT = 'dnat name: "{}" id: "'  # + container id + '"', on each jump in TOP
 GO_TABLE = "cni_hostport"
 GO_NFT_CHAINS = ("hostports", "hostip_hostports", "masquerading")
 NFT_FAMILY = {4: "ip", 6: "ip6"}
@@ -250,4 +254,90 @@ def _release_legacy(chain: str, families: list[int], sd: AttachmentStore, log: L
             udp = backend._delete_family("legacy", family, chain)
             targets += [(family, ip, port) for ip, port in udp]
     log.info(f"removed the Go portmap's chain {chain} from the legacy xtables, if there")
+    return targets
+
+
+# ---------------------------------------------------------------------------- GC
+
+
+def gc(network: str, valid: set[AttachmentId], sd: AttachmentStore, log: Log) -> UdpTargets:
+    """Remove the Go iptables portmap's mappings on `network` of containers no valid
+    attachment has; (family, host ip, port) of their UDP mappings.
+
+    Go's comment names the network and the container, not the ifname: a container listed
+    with any ifname keeps its mappings. Go's nftables rules, ifbs and tuning backups name
+    no network, so which GC they belong to is unknown: they stay (their DEL removes them).
+    Go's objects are never in flight from our side: only the valid list counts.
+    """
+    alive = {a.container_id for a in valid}
+    targets: UdpTargets = []
+    for variant in ("nft", "legacy"):
+        families = [f for f in (6, 4) if _has_top(variant, f)]
+        if not families:
+            continue
+        from portmap.xtables import LOCK
+
+        # the lock `release` takes for this variant: a DEL and a GC of one Go pod take turns
+        with sd.lock(NFT_LOCK if variant == "nft" else LOCK):
+            for family in families:
+                targets += _gc_family(variant, family, network, alive, log)
+    return targets
+
+
+def _has_top(variant: str, family: int) -> bool:
+    """Whether this variant may have Go's CNI-HOSTPORT-DNAT, without running a tool."""
+    if variant == "nft":
+        return nft_has(family, "nat", TOP)
+    return legacy_may_have(family, TOP)
+
+
+def _go_owner(jump: Jump, network: str) -> str:
+    """The container id of a jump Go made on `network`, or "" for any other rule."""
+    prefix = GO_COMMENT.format(network)
+    comment = jump.comment
+    if not (comment.startswith(prefix) and comment.endswith('"')):
+        return ""
+    container_id = comment[len(prefix) : -1]
+    return container_id if jump.target == go_chain_name(network, container_id) else ""
+
+
+def _stale(jump: Jump, network: str, alive: set[str]) -> bool:
+    owner = _go_owner(jump, network)
+    return bool(owner) and owner not in alive
+
+
+def _gc_family(variant: str, family: int, network: str, alive: set[str], log: Log) -> UdpTargets:
+    from portmap.xtables import NatTable, listing, removal, restore
+
+    try:
+        top = listing(variant, family, (TOP,))
+    except CniError as e:
+        if e.code != STATUS_UNAVAILABLE:
+            raise
+        return []  # that variant's tools are not installed: nothing to remove with
+    stale = [j for j in NatTable(top).jumps() if _stale(j, network, alive)]
+    if not stale:
+        return []
+    chains = sorted({j.target for j in stale})
+    table = NatTable(top + "\n" + listing(variant, family, tuple(chains)))
+    lines: list[str] = []
+    targets: UdpTargets = []
+    for chain in chains:
+        if any(j.target == chain and not _stale(j, network, alive) for j in table.jumps()):
+            # another rule still jumps there: only the stale jumps go
+            lines += [j.delete() for j in stale if j.target == chain]
+            continue
+        more, udp = removal(table, chain)
+        lines += more
+        targets += [(family, ip, port) for ip, port in udp]
+    complaint = restore(variant, family, lines)
+    if complaint:
+        raise CniError(
+            KERNEL_FAILURE,
+            f"iptables-{variant}-restore refused to delete the Go portmap's stale IPv{family} "
+            f"mappings of network {network}",
+            complaint,
+        )
+    gone = sorted({_go_owner(j, network) for j in stale})
+    log.info(f"GC removed the Go portmap's iptables-{variant} IPv{family} mappings of {gone}")
     return targets

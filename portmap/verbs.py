@@ -167,6 +167,9 @@ def gc(request: Request) -> None:
     for name in sorted(names):
         backend = backends.make(name, sd, request.log)
         flush_conntrack(backend.gc(request.network, valid, before), request.log)
+    from portmap import go_takeover  # what the Go portmap made on this network
+
+    flush_conntrack(go_takeover.gc(request.network, valid, sd, request.log), request.log)
 
 
 def status(request: Request) -> None:

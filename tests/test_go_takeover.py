@@ -20,13 +20,14 @@ import pytest
 from common.digest import sha512_hex
 from tests.conftest import Lab
 from tests.harness.netns import Netns
-from tests.harness.plugins import GO_BIN, Chain
+from tests.harness.plugins import GO_BIN, Chain, our, run_plugin
 from tests.harness.traffic import echo_server, reaches
-from tests.portmap_world import HOST4, add_ext
+from tests.portmap_world import HOST4, add_ext, conntrack_udp, udp_flow
 
 pytestmark = pytest.mark.root
 
 NETWORK = "cmp-go"
+OTHER = "cmp-go-m"
 SUBNET = "10.89.9.0/24"
 PORT = 18080
 MTU = 1400
@@ -251,6 +252,62 @@ def test_our_check_of_a_go_pod_says_what_is_missing(lab: Lab) -> None:
     run = lab.chain.run("check", str(rest), lab.ctr.path, "--container-id", GO_POD,
                         "--bandwidth", "10mbit", "--mac", MAC, check=False)  # fmt: skip
     assert run.returncode == 0, run.stderr
+
+
+def other_network(lab: Lab, conf: Path) -> Path:
+    """The same conflist as network M: another name, bridge and subnet."""
+    raw = json.loads(conf.read_text())
+    raw["name"] = OTHER
+    raw["plugins"][0]["bridge"] = "cmpgo1"
+    raw["plugins"][0]["ipam"]["ranges"] = [[{"subnet": "10.89.10.0/24"}]]
+    out = lab.workdir / "go-other.conflist"
+    out.write_text(json.dumps(raw, indent=2))
+    return out
+
+
+def go_gc(lab: Lab, *valid: str) -> None:
+    """Our portmap's GC of NETWORK (its default backend: nftables), as a runtime sends it."""
+    alive = [{"containerID": c, "ifname": "eth0"} for c in valid]
+    conf = {"cniVersion": "1.1.0", "name": NETWORK, "type": "portmap",
+            "cni.dev/valid-attachments": alive}  # fmt: skip
+    run_plugin(our("portmap"), "GC", conf, host=lab.host, env=lab.env).ok()
+
+
+@pytest.mark.parametrize("iptables", ["iptables-nft", "iptables-legacy"])
+def test_our_gc_removes_the_go_mappings_of_containers_no_longer_valid(
+    lab: Lab, iptables: str
+) -> None:
+    """Go pods 1 and 2 on NETWORK, one on OTHER; GC of NETWORK with pod 1 valid removes
+    pod 2's jumps and chain only, and flushes the conntrack of its UDP mapping."""
+    ext, conf = add_ext(lab), conflist(lab, plugins=("portmap",))
+    bystander(lab, conf)  # ours before Go's: see bystander
+    go = go_chain(lab, iptables)
+    other = other_network(lab, conf)
+    pod2, podm = lab.new_netns("gopod2"), lab.new_netns("gopodm")
+    go.run("add", str(conf), lab.ctr.path, "--container-id", GO_POD, "--port", f"{PORT + 1}:80/tcp")
+    run = go.run("add", str(conf), pod2.path, "--container-id", "gopod2", "--port",
+                 f"{PORT}:80/tcp", "--port", f"{PORT + 2}:53/udp")  # fmt: skip
+    address2 = address_of(run.json)
+    go.run("add", str(other), podm.path, "--container-id", "gopodm", "--port", f"{PORT + 3}:80/tcp")
+    save = f"{iptables}-save"
+    chains = {cid: go_chain_name(cid) for cid in (GO_POD, "gopod2")}
+    chains["gopodm"] = ("CNI-DN-" + sha512_hex((OTHER + "gopodm").encode()))[:28]
+    before = lab.host.run(save, "-t", "nat")
+    assert all(f":{c} " in before for c in chains.values()), before
+    udp_flow(ext, HOST4, PORT + 2)
+    assert f"dport={PORT + 2}" in conntrack_udp(lab.host, PORT + 2)
+
+    go_gc(lab, GO_POD)
+
+    after = lab.host.run(save, "-t", "nat")
+    assert chains["gopod2"] not in after and "gopod2" not in after, after
+    assert f":{chains[GO_POD]} " in after and f":{chains['gopodm']} " in after, after
+    assert "gopod1" in after and "gopodm" in after, after  # their jumps' comments
+    assert f"dport={PORT + 2}" not in conntrack_udp(lab.host, PORT + 2)
+    with echo_server(lab.ctr, 80, "tcp", "go1"), echo_server(podm, 80, "tcp", "gom"):
+        assert reaches(ext, HOST4, PORT + 1) == b"go1:ping"
+        assert reaches(ext, HOST4, PORT + 3) == b"gom:ping"
+    new_pod_gets_the_port(lab, ext, conf, address2)
 
 
 # ---------------------------------------------------------------------------- ours -> Go

@@ -329,3 +329,60 @@ def test_iptables_restore_lines_of_an_add() -> None:
 
 def config_prev() -> Any:
     return conf([]).prev_result
+
+
+def go_jump(proto: str, network: str, container_id: str, port: int, chain: str) -> str:
+    """A jump of the Go portmap as iptables-save prints it."""
+    comment = f'"dnat name: \\"{network}\\" id: \\"{container_id}\\""'
+    return f"-A CNI-HOSTPORT-DNAT -p {proto} -m comment --comment {comment} -m multiport " + (
+        f"--dports {port} -j {chain}"
+    )
+
+
+def test_gc_picks_only_the_go_jumps_of_its_network_whose_container_is_gone(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Go's comment names network and container; the target must be Go's chain for that
+    pair. Other networks, other comment formats and valid containers stay, and a chain
+    that another rule still jumps to is kept."""
+    from common.gc import AttachmentId
+    from common.log import Log
+    from portmap import go_takeover, state, xtables
+
+    gone, kept = go_takeover.go_chain_name("n", "gone"), go_takeover.go_chain_name("n", "kept")
+    shared = go_takeover.go_chain_name("n", "shared")
+    doomed = [go_jump("tcp", "n", "gone", 80, gone), go_jump("udp", "n", "gone", 53, gone)]
+    shared_jump = go_jump("tcp", "n", "shared", 84, shared)
+    top = [
+        *doomed,
+        go_jump("tcp", "n", "kept", 81, kept),  # valid (listed with another ifname)
+        go_jump("tcp", "m", "gone", 82, go_takeover.go_chain_name("m", "gone")),  # network m
+        go_jump("tcp", "n", "forged", 83, kept),  # Go's format, not Go's chain for it
+        shared_jump,
+        f"-A CNI-HOSTPORT-DNAT -p tcp --dport 85 -j {shared}",  # not Go's comment
+    ]
+    dnat = "-j DNAT --to-destination 10.0.0.2"
+    chains = {
+        gone: f"-N {gone}\n-A {gone} -p udp -m udp --dport 53 {dnat}:53",
+        shared: f"-N {shared}\n-A {shared} -p tcp -m tcp --dport 84 {dnat}:84",
+    }
+
+    def listing(variant: str, family: int, names: tuple[str, ...]) -> str:
+        if names == (go_takeover.TOP,):
+            return "\n".join(["-N CNI-HOSTPORT-DNAT", *top])
+        return "\n".join(chains.get(n, "") for n in names)
+
+    def has_top(variant: str, family: int) -> bool:
+        return (variant, family) == ("nft", 4)
+
+    committed: list[list[str]] = []
+    monkeypatch.setattr(xtables, "listing", listing)
+    monkeypatch.setattr(xtables, "restore", lambda v, f, lines: committed.append(lines) or "")
+    monkeypatch.setattr(go_takeover, "_has_top", has_top)
+    monkeypatch.setenv("CNI_META_STATE_ROOT", str(tmp_path))
+
+    udp = go_takeover.gc("n", {AttachmentId("kept", "net1")}, state.store(), Log(""))
+
+    assert udp == [(4, None, 53)]
+    deletions = ["-D" + rule[2:] for rule in doomed] + [f"-F {gone}", f"-X {gone}"]
+    assert committed == [[*deletions, "-D" + shared_jump[2:]]]
