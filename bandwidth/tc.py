@@ -232,16 +232,21 @@ def _filter(msg: Any) -> Filter:
 # ---------------------------------------------------------------------------- the socket
 
 
+def open_socket(netns: str) -> RtnlSocket:
+    """The rtnetlink socket of `netns` ("" = the one we run in), which every request of
+    bandwidth goes through: the kernel seam, where unit tests put a fake kernel
+    (tests/harness/fake_kernel.py)."""
+    if not netns:
+        return RtnlSocket()
+    with entered(netns):  # a socket keeps the netns it was opened in: enter, open, return
+        return RtnlSocket()
+
+
 class Rtnl:
     """An rtnetlink socket in one network namespace ("" = the one we run in)."""
 
     def __init__(self, netns: str = "") -> None:
-        if netns:
-            # A socket keeps the netns it was opened in: enter, open, come back.
-            with entered(netns):
-                self.nl = RtnlSocket()
-        else:
-            self.nl = RtnlSocket()
+        self.nl = open_socket(netns)
         self.m = self.nl.modules
         self.tcmsg = tcmsg_class(self.m)
         # ifindex of the devices this socket's actions have resolved: the ifb just made is
