@@ -109,15 +109,7 @@ def flush_udp_conntrack(family: int, targets: Iterable[tuple[str | None, int]]) 
     """Delete UDP conntrack entries of `family` (4/6) whose original destination port is a
     target port (and, when the target has a host address, whose destination is it).
     Returns how many entries were deleted."""
-    from common.rtnl import (
-        NETLINK_NETFILTER,
-        NLA_F_NESTED,
-        NLM_F_DUMP,
-        NLMSG_HDRLEN,
-        NetlinkError,
-        NetlinkSocket,
-        nla,
-    )
+    from common import rtnl
 
     wanted: dict[int, set[bytes | None]] = {}
     af = _socket.AF_INET6 if family == 6 else _socket.AF_INET
@@ -129,9 +121,9 @@ def flush_udp_conntrack(family: int, targets: Iterable[tuple[str | None, int]]) 
     doomed: list[tuple[bytes, bytes]] = []
     get = (NFNL_SUBSYS_CTNETLINK << 8) | IPCTNL_MSG_CT_GET
     delete = (NFNL_SUBSYS_CTNETLINK << 8) | IPCTNL_MSG_CT_DELETE
-    with NetlinkSocket(NETLINK_NETFILTER) as nl:
-        for reply in nl.request(get, NLM_F_DUMP, _ct_header(af)):
-            parsed = _orig_destination(reply[NLMSG_HDRLEN:])
+    with rtnl.NetlinkSocket(rtnl.NETLINK_NETFILTER) as nl:
+        for reply in nl.request(get, rtnl.NLM_F_DUMP, _ct_header(af)):
+            parsed = _orig_destination(reply[rtnl.NLMSG_HDRLEN :])
             if parsed is None:
                 continue
             tuple_raw, zone, proto, dport = parsed
@@ -143,13 +135,13 @@ def flush_udp_conntrack(family: int, targets: Iterable[tuple[str | None, int]]) 
             doomed.append((tuple_raw, zone))
         deleted = 0
         for tuple_raw, zone in doomed:
-            body = nla(CTA_TUPLE_ORIG | NLA_F_NESTED, tuple_raw)
+            body = rtnl.nla(CTA_TUPLE_ORIG | rtnl.NLA_F_NESTED, tuple_raw)
             if zone:
-                body += nla(CTA_ZONE, zone)
+                body += rtnl.nla(CTA_ZONE, zone)
             try:
                 for _ in nl.request(delete, 0, _ct_header(af) + body):
                     pass
                 deleted += 1
-            except NetlinkError:
+            except rtnl.NetlinkError:
                 pass  # gone already (expired or deleted by someone else): fine
     return deleted
