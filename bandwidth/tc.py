@@ -46,12 +46,11 @@ from bandwidth.tbf import Psched
 from common.errors import KERNEL_FAILURE, CniError
 from common.netns import entered
 from common.rtnl import (
+    NETLINK_ROUTE,
     NLM_F_CREATE,
     NLM_F_ECHO,
     NLM_F_EXCL,
     NLM_F_REPLACE,
-    NLM_F_REQUEST,
-    NLMSG_ERROR,
     RTM_DELLINK,
     RTM_DELQDISC,
     RTM_DELTFILTER,
@@ -62,6 +61,7 @@ from common.rtnl import (
     RTM_NEWQDISC,
     RTM_NEWTFILTER,
     NetlinkError,
+    NetlinkSocket,
     RtnlSocket,
 )
 
@@ -232,16 +232,21 @@ def _filter(msg: Any) -> Filter:
 # ---------------------------------------------------------------------------- the socket
 
 
+def open_socket(netns: str) -> RtnlSocket:
+    """The rtnetlink socket of `netns` ("" = the one we run in), which every request of
+    bandwidth goes through: the kernel seam, where unit tests put a fake kernel
+    (tests/harness/fake_kernel.py)."""
+    if not netns:
+        return RtnlSocket()
+    with entered(netns):  # a socket keeps the netns it was opened in: enter, open, return
+        return RtnlSocket()
+
+
 class Rtnl:
     """An rtnetlink socket in one network namespace ("" = the one we run in)."""
 
     def __init__(self, netns: str = "") -> None:
-        if netns:
-            # A socket keeps the netns it was opened in: enter, open, come back.
-            with entered(netns):
-                self.nl = RtnlSocket()
-        else:
-            self.nl = RtnlSocket()
+        self.nl = open_socket(netns)
         self.m = self.nl.modules
         self.tcmsg = tcmsg_class(self.m)
         # ifindex of the devices this socket's actions have resolved: the ifb just made is
@@ -418,22 +423,15 @@ def rtnl(netns: str = "") -> Iterator[Rtnl]:
 
 
 def netlink_answers() -> None:
-    """STATUS: rtnetlink answers a GET of `lo` (ifindex 1 in every netns), asked on a plain
-    socket so that a status poll does not load pyroute2's message classes (~30 ms, the
+    """STATUS: rtnetlink answers a GET of `lo` (ifindex 1 in every netns), asked in plain
+    bytes so that a status poll does not load pyroute2's message classes (~30 ms, the
     bulk of a poll). Raises OSError when it does not."""
-    import os
-    import socket
     import struct
 
-    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, 0) as sock:
-        sock.settimeout(5)
-        sock.bind((0, 0))
-        # nlmsghdr (32 bytes with the body), then ifinfomsg for ifindex 1
-        sock.send(struct.pack("=IHHIIBxHiII", 32, RTM_GETLINK, NLM_F_REQUEST, 1, 0, 0, 0, 1, 0, 0))
-        reply = sock.recv(1 << 16)
-    length, kind = struct.unpack_from("=IH", reply)
-    if kind == NLMSG_ERROR:
-        (code,) = struct.unpack_from("=i", reply, 16)
-        raise OSError(-code, f"rtnetlink refused to list lo: {os.strerror(-code)}")
-    if kind != RTM_NEWLINK or length < 32:
-        raise OSError(errno.EPROTO, f"unexpected rtnetlink answer (type {kind})")
+    with NetlinkSocket(NETLINK_ROUTE) as nl:
+        ifinfomsg = struct.pack("=BxHiII", 0, 0, 1, 0, 0)  # family, type, index 1, flags, change
+        kinds = [
+            struct.unpack_from("=H", reply, 4)[0] for reply in nl.request(RTM_GETLINK, 0, ifinfomsg)
+        ]
+    if kinds != [RTM_NEWLINK]:
+        raise OSError(errno.EPROTO, f"unexpected rtnetlink answer (types {kinds})")

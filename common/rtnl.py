@@ -1,4 +1,5 @@
-"""rtnetlink without pyroute2's IPRoute: its message classes on a small blocking socket.
+"""The netlink transport (`NetlinkSocket`, any protocol, builtin modules only), and
+rtnetlink without pyroute2's IPRoute: its message classes on that socket (`RtnlSocket`).
 
 Why not `pyroute2.IPRoute`: every plugin call is a fresh process per container, and
 importing IPRoute costs ~70 ms (asyncio, unittest.mock, multiprocessing, an in-memory
@@ -9,7 +10,8 @@ bandwidth's ifb) and `tcmsg` (qdiscs and filters: bandwidth only), and the tc mo
 turn (rate, burst, limit) into tbf parameters and rate tables, and a u32 match plus mirred
 action into attributes. Those load in ~28 ms. This module loads exactly those and sends them on a
 plain blocking NETLINK_ROUTE socket: one request, its replies, its ACK (see
-bench/results/bandwidth_latency.md for the measurements).
+bench/results/bandwidth_latency.md for the measurements). portmap sends its conntrack
+and nftables messages, bandwidth's STATUS its probe, as plain bytes on the same socket.
 
 Loading a submodule of a package runs the package's __init__ first, and pyroute2's
 imports everything. `pyroute2()` registers the package without running it; its
@@ -23,14 +25,15 @@ import _socket  # not `socket`: that imports enum and selectors (~3 ms)
 import os
 import struct
 import sys
-from contextlib import suppress
 from types import SimpleNamespace
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Iterator
     from typing import Any
 
 NETLINK_ROUTE = 0
+NETLINK_NETFILTER = 12
 SOL_NETLINK = 270
 NETLINK_EXT_ACK = 11  # errors carry the kernel's explanation (NLMSGERR_ATTR_MSG)
 TIMEOUT = 10.0  # seconds; the kernel answers in microseconds, this only prevents a hang
@@ -44,12 +47,19 @@ NLM_F_DUMP = 0x300
 NLM_F_REPLACE = 0x100
 NLM_F_EXCL = 0x200
 NLM_F_CREATE = 0x400
+NLM_F_CAPPED = 0x100  # in an error: the request's body is not echoed
+NLM_F_ACK_TLVS = 0x200  # in an error: extended ACK attributes follow
+NLMSGERR_ATTR_MSG = 1
+NLA_F_NESTED = 0x8000
+NLA_TYPE_MASK = 0x3FFF
 NLMSG_ERROR = 0x2
 NLMSG_DONE = 0x3
 RTM_NEWLINK, RTM_DELLINK, RTM_GETLINK = 16, 17, 18
 RTM_NEWQDISC, RTM_DELQDISC, RTM_GETQDISC = 36, 37, 38
 RTM_NEWTFILTER, RTM_DELTFILTER, RTM_GETTFILTER = 44, 45, 46
 _HEADER = struct.Struct("=IHHII")  # nlmsghdr: length, type, flags, seq, pid
+NLMSG_HDRLEN = _HEADER.size
+_NLA = struct.Struct("=HH")  # nlattr: length, type
 
 _modules: SimpleNamespace | None = None
 
@@ -86,7 +96,7 @@ def _register_package_without_init(name: str) -> None:
 
 
 def pyroute2(tc: bool = True) -> SimpleNamespace:
-    """The pyroute2 pieces the plugins use: the link messages (`ifinfmsg`, `nlmsgerr`),
+    """The pyroute2 pieces the plugins use: the link messages (`ifinfmsg`),
     and unless `tc` is false the tc ones (`tcmsg`, `sched_tbf`, `cls_u32`). `tcmsg`
     imports every qdisc and classifier module pyroute2 has (~15 ms more, `dataclasses`
     and `inspect` among them): tuning, which sends no tc message, does without."""
@@ -94,10 +104,9 @@ def pyroute2(tc: bool = True) -> SimpleNamespace:
     if _modules is None:
         if "pyroute2" not in sys.modules:
             _register_package_without_init("pyroute2")
-        from pyroute2.netlink import nlmsgerr
         from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
 
-        _modules = SimpleNamespace(ifinfmsg=ifinfmsg, nlmsgerr=nlmsgerr)
+        _modules = SimpleNamespace(ifinfmsg=ifinfmsg)
     if tc and not hasattr(_modules, "tcmsg"):
         from pyroute2.netlink.rtnl.tcmsg import cls_u32, sched_tbf, tcmsg
 
@@ -105,17 +114,35 @@ def pyroute2(tc: bool = True) -> SimpleNamespace:
     return _modules
 
 
+def nla(kind: int, payload: bytes) -> bytes:
+    """One netlink attribute, padded to 4 bytes."""
+    return _NLA.pack(_NLA.size + len(payload), kind) + payload + b"\0" * (-len(payload) % 4)
+
+
+def nlas(data: bytes) -> Iterator[tuple[int, bytes]]:
+    """(type without flags, payload) of each netlink attribute in `data`."""
+    pos = 0
+    while pos + _NLA.size <= len(data):
+        length, kind = _NLA.unpack_from(data, pos)
+        if length < _NLA.size:
+            return
+        yield kind & NLA_TYPE_MASK, data[pos + _NLA.size : pos + length]
+        pos += (length + 3) & ~3
+
+
 class NetlinkError(OSError):
     """The kernel refused a request; `errno` is its error code."""
 
 
-class RtnlSocket:
-    """A blocking NETLINK_ROUTE socket, bound to the netns current when it is made."""
+class NetlinkSocket:
+    """A blocking netlink socket of one protocol (NETLINK_ROUTE, NETLINK_NETFILTER, ...),
+    bound to the netns current when it is made. `_socket`, not `socket`: that imports
+    enum and selectors (~3 ms)."""
 
-    def __init__(self, tc: bool = True) -> None:
-        self.modules = pyroute2(tc)
+    def __init__(self, protocol: int) -> None:
+        self.protocol = protocol
         self.sock = _socket.socket(
-            _socket.AF_NETLINK, _socket.SOCK_RAW | _socket.SOCK_CLOEXEC, NETLINK_ROUTE
+            _socket.AF_NETLINK, _socket.SOCK_RAW | _socket.SOCK_CLOEXEC, protocol
         )
         self.sock.setsockopt(SOL_NETLINK, NETLINK_EXT_ACK, 1)
         self.sock.settimeout(TIMEOUT)
@@ -125,48 +152,82 @@ class RtnlSocket:
     def close(self) -> None:
         self.sock.close()
 
-    def request(self, msg: Any, msg_type: int, flags: int = 0, *, dump: bool = False) -> list[Any]:
-        """Send `msg` and return the decoded replies; raises NetlinkError.
+    def __enter__(self) -> NetlinkSocket:
+        return self
 
-        Every non-dump request asks for an ACK, so the answer always ends with one even
-        when the kernel has nothing else to say (a GET on an invisible qdisc).
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def request(self, msg_type: int, flags: int, body: bytes) -> Iterator[bytes]:
+        """Send one message (nlmsghdr + `body`); yield each reply whole, header included,
+        until DONE or the ACK. Raises NetlinkError with the kernel's explanation.
+
+        Every request that is not a dump asks for an ACK, so the answer always ends with
+        one even when the kernel has nothing else to say (a GET of an invisible qdisc).
         """
         self.seq += 1
-        flags |= NLM_F_REQUEST | (NLM_F_DUMP if dump else NLM_F_ACK)
-        msg["header"]["type"] = msg_type
-        msg["header"]["flags"] = flags
-        msg["header"]["sequence_number"] = self.seq
-        msg["header"]["pid"] = 0
-        msg.encode()
-        self.sock.send(msg.data)
-        replies: list[Any] = []
-        reply_class = type(msg)
+        seq = self.seq
+        if flags & NLM_F_DUMP != NLM_F_DUMP:
+            flags |= NLM_F_ACK
+        header = _HEADER.pack(NLMSG_HDRLEN + len(body), msg_type, flags | NLM_F_REQUEST, seq, 0)
+        self.sock.send(header + body)
         while True:
             data = self.sock.recv(RECV_BYTES)
             offset = 0
-            while offset + _HEADER.size <= len(data):
-                length, kind, _, seq, _ = _HEADER.unpack_from(data, offset)
+            while offset + NLMSG_HDRLEN <= len(data):
+                length, kind, _, reply_seq, _ = _HEADER.unpack_from(data, offset)
                 chunk = data[offset : offset + length]
-                offset += max(length, _HEADER.size)
-                if seq != self.seq:
+                offset += max((length + 3) & ~3, NLMSG_HDRLEN)
+                if reply_seq != seq:
                     continue
                 if kind == NLMSG_DONE:
-                    return replies
+                    return
                 if kind == NLMSG_ERROR:
-                    self._raise_for(chunk)
-                    return replies  # error 0 is the ACK
-                reply = reply_class(chunk)
-                reply.decode()
-                replies.append(reply)
+                    _raise_for(chunk)
+                    return  # error 0 is the ACK
+                yield chunk
 
-    def _raise_for(self, chunk: bytes) -> None:
-        (code,) = struct.unpack_from("=i", chunk, _HEADER.size)
-        if code == 0:
-            return
-        detail = os.strerror(-code)
-        with suppress(Exception):  # the explanation is a bonus; the code is what counts
-            err = self.modules.nlmsgerr(chunk)
-            err.decode()
-            text = err.get_attr("NLMSGERR_ATTR_MSG")
-            detail = f"{detail}: {text}" if text else detail
-        raise NetlinkError(-code, detail)
+
+def _raise_for(chunk: bytes) -> None:
+    (code,) = struct.unpack_from("=i", chunk, NLMSG_HDRLEN)
+    if code == 0:
+        return
+    detail = os.strerror(-code)
+    text = _ext_ack_message(chunk)
+    raise NetlinkError(-code, f"{detail}: {text}" if text else detail)
+
+
+def _ext_ack_message(chunk: bytes) -> str:
+    """NLMSGERR_ATTR_MSG of an error: the kernel's explanation, when it gave one. The
+    attributes follow the error code and the request's header (and body, unless capped)."""
+    _, _, flags, _, _ = _HEADER.unpack_from(chunk)
+    if not flags & NLM_F_ACK_TLVS:
+        return ""
+    start = NLMSG_HDRLEN + 4
+    echoed = NLMSG_HDRLEN if flags & NLM_F_CAPPED else _HEADER.unpack_from(chunk, start)[0]
+    for kind, value in nlas(chunk[start + ((echoed + 3) & ~3) :]):
+        if kind == NLMSGERR_ATTR_MSG:
+            return value.split(b"\0", 1)[0].decode("utf-8", "replace")
+    return ""
+
+
+class RtnlSocket:
+    """pyroute2's rtnetlink messages on a NetlinkSocket, in the netns current when made."""
+
+    def __init__(self, tc: bool = True) -> None:
+        self.modules = pyroute2(tc)
+        self.nl = NetlinkSocket(NETLINK_ROUTE)
+
+    def close(self) -> None:
+        self.nl.close()
+
+    def request(self, msg: Any, msg_type: int, flags: int = 0, *, dump: bool = False) -> list[Any]:
+        """Send `msg` and return the decoded replies; raises NetlinkError."""
+        msg.encode()
+        replies = []
+        for chunk in self.nl.request(msg_type, flags | (NLM_F_DUMP if dump else 0),
+                                     msg.data[NLMSG_HDRLEN:]):  # fmt: skip
+            reply = type(msg)(chunk)
+            reply.decode()
+            replies.append(reply)
+        return replies

@@ -30,6 +30,7 @@ import struct
 from common.digest import sha512_hex
 from common.errors import KERNEL_FAILURE, STATUS_UNAVAILABLE, CniError
 from common.log import Log
+from common.rtnl import NETLINK_NETFILTER, NetlinkSocket, nla
 from common.state import AttachmentStore
 
 TYPE_CHECKING = False  # avoids importing typing at run time
@@ -60,38 +61,28 @@ def go_chain_name(network: str, container_id: str) -> str:
 _NFPROTO = {4: 2, 6: 10}
 _NFT_SUBSYS = 10 << 8
 _MSG_GETTABLE, _MSG_GETCHAIN = 1, 4
-_NLM_F_REQUEST = 1
-_NLMSG_ERROR = 2
 
 
-def _nlattr(kind: int, text: str) -> bytes:
-    data = text.encode() + b"\0"
-    return struct.pack("=HH", 4 + len(data), kind) + data + b"\0" * (-len(data) % 4)
+def _name(kind: int, text: str) -> bytes:
+    return nla(kind, text.encode() + b"\0")
 
 
 def nft_has(family: int, table: str, chain: str | None = None) -> bool:
     """Whether nftables has this table (or this chain of it) in the current netns: one
     nfnetlink request, answered with the object or with an error."""
     if chain is None:
-        msg_type, attrs = _MSG_GETTABLE, _nlattr(1, table)  # NFTA_TABLE_NAME
+        msg_type, attrs = _MSG_GETTABLE, _name(1, table)  # NFTA_TABLE_NAME
     else:
         msg_type = _MSG_GETCHAIN
-        attrs = _nlattr(1, table) + _nlattr(3, chain)  # NFTA_CHAIN_TABLE, NFTA_CHAIN_NAME
+        attrs = _name(1, table) + _name(3, chain)  # NFTA_CHAIN_TABLE, NFTA_CHAIN_NAME
     body = struct.pack("=BBH", _NFPROTO[family], 0, 0) + attrs
-    header = struct.pack("=IHHII", 16 + len(body), _NFT_SUBSYS | msg_type, _NLM_F_REQUEST, 1, 0)
     try:
-        s = _socket.socket(_socket.AF_NETLINK, _socket.SOCK_RAW, 12)  # NETLINK_NETFILTER
-        try:
-            s.send(header + body)
-            answer = s.recv(65536)
-        finally:
-            s.close()
-    except OSError:
-        return False  # no nf_tables here: nothing of Go's in it either
-    if len(answer) < 16:
+        with NetlinkSocket(NETLINK_NETFILTER) as nl:
+            for _ in nl.request(_NFT_SUBSYS | msg_type, 0, body):
+                pass
+    except OSError:  # ENOENT: not there; no nf_tables here: nothing of Go's in it either
         return False
-    (kind,) = struct.unpack_from("=H", answer, 4)
-    return bool(kind != _NLMSG_ERROR)
+    return True
 
 
 _LEGACY_NAMES = {4: "/proc/net/ip_tables_names", 6: "/proc/net/ip6_tables_names"}

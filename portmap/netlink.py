@@ -11,25 +11,18 @@ are a few dozen lines of text reading and struct packing:
   that old flows stop going to a previous container.
 
 Both answer for the caller's network namespace (where /proc/net and the socket belong).
+The conntrack messages travel on common.rtnl's NetlinkSocket, imported by the functions
+that use it (an ADD without UDP mappings loads nothing more); their encoding is here.
 """
 
 from __future__ import annotations
 
+import _socket  # not socket: that imports selectors and enum (~2 ms)
 import struct
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from _socket import socket
-    from collections.abc import Iterable, Iterator
-
-NETLINK_NETFILTER = 12
-NLM_F_REQUEST = 0x1
-NLM_F_ACK = 0x4
-NLM_F_DUMP = 0x300
-NLMSG_ERROR = 2
-NLMSG_DONE = 3
-NLA_F_NESTED = 0x8000
-NLA_TYPE_MASK = 0x3FFF
+    from collections.abc import Iterable
 
 NFNL_SUBSYS_CTNETLINK = 1
 IPCTNL_MSG_CT_GET = 1
@@ -43,50 +36,6 @@ CTA_IP_V6_DST = 4
 CTA_PROTO_NUM = 1
 CTA_PROTO_DST_PORT = 3
 IPPROTO_UDP = 17
-
-
-class NetlinkError(OSError):
-    pass
-
-
-def _attr(kind: int, payload: bytes) -> bytes:
-    length = 4 + len(payload)
-    return struct.pack("=HH", length, kind) + payload + b"\0" * ((4 - length % 4) % 4)
-
-
-def _attrs(data: bytes) -> Iterator[tuple[int, bytes]]:
-    pos = 0
-    while pos + 4 <= len(data):
-        length, kind = struct.unpack_from("=HH", data, pos)
-        if length < 4:
-            return
-        yield kind & NLA_TYPE_MASK, data[pos + 4 : pos + length]
-        pos += (length + 3) & ~3
-
-
-def _messages(sock: socket, seq: int) -> Iterator[tuple[int, bytes]]:
-    """(type, payload) of every reply to request `seq` until DONE, an ACK, or an error."""
-    while True:
-        data = sock.recv(1 << 16)
-        pos = 0
-        while pos + 16 <= len(data):
-            length, kind, _flags, mseq, _pid = struct.unpack_from("=IHHII", data, pos)
-            payload = data[pos + 16 : pos + length]
-            pos += (length + 3) & ~3
-            if mseq != seq:
-                continue
-            if kind == NLMSG_DONE:
-                return
-            if kind == NLMSG_ERROR:
-                (errno,) = struct.unpack_from("=i", payload)
-                if errno:
-                    raise NetlinkError(-errno, f"netlink error {-errno}")
-                return
-            yield kind, payload
-
-
-def _request(sock: socket, kind: int, flags: int, seq: int, payload: bytes) -> None:
-    sock.send(struct.pack("=IHHII", 16 + len(payload), kind, flags, seq, 0) + payload)
 
 
 def route_oif_v4(ip: str) -> str | None:
@@ -123,9 +72,11 @@ def _ct_header(family: int) -> bytes:
 
 def _orig_destination(payload: bytes) -> tuple[bytes, bytes, int, int] | None:
     """(raw CTA_TUPLE_ORIG, raw CTA_ZONE, protocol, destination port) of one ct entry."""
+    from common.rtnl import nlas
+
     tuple_raw = b""
     zone = b""
-    for atype, value in _attrs(payload[4:]):
+    for atype, value in nlas(payload[4:]):
         if atype == CTA_TUPLE_ORIG:
             tuple_raw = value
         elif atype == CTA_ZONE:
@@ -133,9 +84,9 @@ def _orig_destination(payload: bytes) -> tuple[bytes, bytes, int, int] | None:
     if not tuple_raw:
         return None
     proto = dport = 0
-    for atype, value in _attrs(tuple_raw):
+    for atype, value in nlas(tuple_raw):
         if atype == CTA_TUPLE_PROTO:
-            for ptype, pvalue in _attrs(value):
+            for ptype, pvalue in nlas(value):
                 if ptype == CTA_PROTO_NUM:
                     proto = pvalue[0]
                 elif ptype == CTA_PROTO_DST_PORT:
@@ -144,9 +95,11 @@ def _orig_destination(payload: bytes) -> tuple[bytes, bytes, int, int] | None:
 
 
 def _orig_daddr(tuple_raw: bytes) -> bytes:
-    for atype, value in _attrs(tuple_raw):
+    from common.rtnl import nlas
+
+    for atype, value in nlas(tuple_raw):
         if atype == CTA_TUPLE_IP:
-            for itype, ivalue in _attrs(value):
+            for itype, ivalue in nlas(value):
                 if itype in (CTA_IP_V4_DST, CTA_IP_V6_DST):
                     return ivalue
     return b""
@@ -156,7 +109,7 @@ def flush_udp_conntrack(family: int, targets: Iterable[tuple[str | None, int]]) 
     """Delete UDP conntrack entries of `family` (4/6) whose original destination port is a
     target port (and, when the target has a host address, whose destination is it).
     Returns how many entries were deleted."""
-    import _socket  # not socket: that imports selectors and enum (~2 ms) for nothing here
+    from common import rtnl
 
     wanted: dict[int, set[bytes | None]] = {}
     af = _socket.AF_INET6 if family == 6 else _socket.AF_INET
@@ -168,11 +121,9 @@ def flush_udp_conntrack(family: int, targets: Iterable[tuple[str | None, int]]) 
     doomed: list[tuple[bytes, bytes]] = []
     get = (NFNL_SUBSYS_CTNETLINK << 8) | IPCTNL_MSG_CT_GET
     delete = (NFNL_SUBSYS_CTNETLINK << 8) | IPCTNL_MSG_CT_DELETE
-    sock = _socket.socket(_socket.AF_NETLINK, _socket.SOCK_RAW, NETLINK_NETFILTER)
-    try:
-        _request(sock, get, NLM_F_REQUEST | NLM_F_DUMP, 1, _ct_header(af))
-        for _kind, payload in _messages(sock, 1):
-            parsed = _orig_destination(payload)
+    with rtnl.NetlinkSocket(rtnl.NETLINK_NETFILTER) as nl:
+        for reply in nl.request(get, rtnl.NLM_F_DUMP, _ct_header(af)):
+            parsed = _orig_destination(reply[rtnl.NLMSG_HDRLEN :])
             if parsed is None:
                 continue
             tuple_raw, zone, proto, dport = parsed
@@ -183,17 +134,14 @@ def flush_udp_conntrack(family: int, targets: Iterable[tuple[str | None, int]]) 
                 continue
             doomed.append((tuple_raw, zone))
         deleted = 0
-        for seq, (tuple_raw, zone) in enumerate(doomed, start=2):
-            body = _attr(CTA_TUPLE_ORIG | NLA_F_NESTED, tuple_raw)
+        for tuple_raw, zone in doomed:
+            body = rtnl.nla(CTA_TUPLE_ORIG | rtnl.NLA_F_NESTED, tuple_raw)
             if zone:
-                body += _attr(CTA_ZONE, zone)
-            _request(sock, delete, NLM_F_REQUEST | NLM_F_ACK, seq, _ct_header(af) + body)
+                body += rtnl.nla(CTA_ZONE, zone)
             try:
-                for _ in _messages(sock, seq):
+                for _ in nl.request(delete, 0, _ct_header(af) + body):
                     pass
                 deleted += 1
-            except NetlinkError:
+            except rtnl.NetlinkError:
                 pass  # gone already (expired or deleted by someone else): fine
-    finally:
-        sock.close()
     return deleted

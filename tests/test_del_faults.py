@@ -272,9 +272,10 @@ def watch_portmap(monkeypatch: pytest.MonkeyPatch, faults: Faults, host: Netns) 
     """portmap's transports: every libnftables command (the fault deletes the table), and
     every conntrack netlink message (the fault deletes the entries a delete names; a dump
     has nothing to vanish, so it is refused with ENODEV)."""
+    from common.rtnl import NETLINK_NETFILTER, NetlinkSocket
     from portmap import netlink, nft
 
-    run_nft, send = nft.Nft.run, netlink._request
+    run_nft, send = nft.Nft.run, NetlinkSocket.request
     ct_delete = (netlink.NFNL_SUBSYS_CTNETLINK << 8) | netlink.IPCTNL_MSG_CT_DELETE
 
     def drop_table() -> None:
@@ -284,19 +285,20 @@ def watch_portmap(monkeypatch: pytest.MonkeyPatch, faults: Faults, host: Netns) 
         host.run("conntrack", "-D", "-p", "udp", "--orig-port-dst", str(UDP_PORT), check=False)
 
     def refuse() -> None:
-        raise netlink.NetlinkError(errno.ENODEV, "injected: no such device")
+        raise NetlinkError(errno.ENODEV, "injected: no such device")
 
     def nft_run(self: Any, text: str) -> tuple[int, str, str]:
         faults.step(f"nft {text.splitlines()[0][:40]}", drop_table)
         return run_nft(self, text)
 
-    def request(sock: Any, kind: int, flags: int, seq: int, payload: bytes) -> None:
-        delete = kind == ct_delete
-        faults.step("ct delete" if delete else "ct dump", drop_entries if delete else refuse)
-        send(sock, kind, flags, seq, payload)
+    def request(sock: NetlinkSocket, kind: int, flags: int, body: bytes) -> Any:
+        if sock.protocol == NETLINK_NETFILTER and kind >> 8 == netlink.NFNL_SUBSYS_CTNETLINK:
+            delete = kind == ct_delete
+            faults.step("ct delete" if delete else "ct dump", drop_entries if delete else refuse)
+        return send(sock, kind, flags, body)
 
     monkeypatch.setattr(nft.Nft, "run", nft_run)
-    monkeypatch.setattr(netlink, "_request", request)
+    monkeypatch.setattr(NetlinkSocket, "request", request)
 
 
 @pytest.mark.parametrize("state", ["kept", "lost"])

@@ -286,7 +286,7 @@ def test_check_of_a_netns_already_gone_is_error_8(lab: Lab, plugin: str) -> None
 # (plugin, where CHECK stops: before it opens the container netns)
 BEFORE_ENTERING = [
     ("bandwidth", "bandwidth.tc:entered@1"),
-    ("tuning", "tuning.verbs:entered@1"),
+    ("tuning", "tuning.apply:entered@1"),
 ]
 
 

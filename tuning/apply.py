@@ -1,5 +1,5 @@
-"""The only part of tuning that talks to the kernel. Call everything here from inside
-``common.netns.entered(container netns)``:
+"""The only part of tuning that talks to the kernel, all of it through `ContainerNetns`,
+the container's namespace entered for a with-block:
 
 * sysctls are files under /proc/sys/net, and which namespace's settings a file shows is
   decided by the namespace of the thread that *opens* it, so they must be opened inside;
@@ -14,6 +14,7 @@ import errno
 import os
 
 from common.errors import KERNEL_FAILURE, CniError, invalid_config
+from common.netns import entered
 from common.values import Value
 from tuning.backup import Backup, originals
 from tuning.config import LinkSettings
@@ -23,6 +24,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from types import TracebackType
     from typing import Any
+
+    from common.rtnl import RtnlSocket
 
 PROC_SYS = "/proc/sys"
 IFF_PROMISC = 0x100
@@ -89,7 +92,7 @@ def write_sysctl(file: str, value: str) -> None:
 
 
 def read_sysctls(
-    writes: tuple[SysctlWrite, ...], ifname: str, *, missing_ok: bool
+    writes: tuple[SysctlWrite, ...], ifname: str, ns: ContainerNetns, *, missing_ok: bool
 ) -> dict[str, str | None]:
     """{path: live value} for every key, resolving (and so refusing) every path first.
 
@@ -101,7 +104,7 @@ def read_sysctls(
     out: dict[str, str | None] = {}
     for w, file in files:
         try:
-            out[w.path] = read_sysctl(file)
+            out[w.path] = ns.read_sysctl(file)
         except OSError as e:
             if e.errno == errno.ENOENT and missing_ok:
                 continue
@@ -137,34 +140,59 @@ def preload_links() -> None:
     pyroute2(tc=False)
 
 
-class Links:
-    """A netlink socket in the entered namespace, opened on first use.
+class ContainerNetns:
+    """The container's network namespace, entered for a with-block: everything tuning asks
+    of the kernel. Links go over rtnetlink (pyroute2's `ifinfmsg` on common.rtnl's small
+    blocking socket rather than through IPRoute, whose import alone costs ~100 ms; opened
+    on first use), sysctls and the IPv6 address list are files under /proc.
 
-    pyroute2's `ifinfmsg` encodes and decodes the messages; they travel on common.rtnl's
-    small blocking socket rather than through IPRoute, whose import alone costs ~100 ms.
+    The kernel seam: `open_rtnl`, `read_sysctl`, `write_sysctl`, `if_inet6` and entering
+    are all that reach the kernel; unit tests use a subclass whose socket and files are a
+    fake kernel's (tests/harness/fake_kernel.py).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, path: str) -> None:
+        self.path = path
         self._rtnl: Any = None
+        self._inside: Any = None
 
-    def __enter__(self) -> Links:
+    def __enter__(self) -> ContainerNetns:
+        self._inside = entered(self.path)
+        self._inside.__enter__()
         return self
 
     def __exit__(
         self, kind: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
     ) -> None:
-        if self._rtnl is not None:
-            self._rtnl.close()
-            self._rtnl = None
+        try:
+            if self._rtnl is not None:
+                self._rtnl.close()
+                self._rtnl = None
+        finally:
+            self._inside.__exit__(kind, e, tb)
+
+    def open_rtnl(self) -> RtnlSocket:
+        from common.rtnl import RtnlSocket
+
+        return RtnlSocket(tc=False)
+
+    def read_sysctl(self, file: str) -> str:
+        return read_sysctl(file)
+
+    def write_sysctl(self, file: str, value: str) -> None:
+        write_sysctl(file, value)
+
+    def if_inet6(self) -> str:
+        """/proc's list of IPv6 addresses (thread-self: setns switched this thread only)."""
+        with open("/proc/thread-self/net/if_inet6") as f:
+            return f.read()
 
     def _socket(self) -> Any:
         if self._rtnl is None:
-            from common.rtnl import RtnlSocket
-
-            self._rtnl = RtnlSocket(tc=False)
+            self._rtnl = self.open_rtnl()
         return self._rtnl
 
-    def observe(self, ifname: str) -> LinkState | None:
+    def link(self, ifname: str) -> LinkState | None:
         """The interface's attributes, or None when there is no such interface."""
         from common.rtnl import RTM_GETLINK, NetlinkError
 
@@ -192,7 +220,9 @@ class Links:
             max_mtu=msg.get_attr("IFLA_MAX_MTU"),
         )
 
-    def change(self, ifname: str, index: int, want: LinkSettings, *, gone_ok: bool = False) -> None:
+    def change_link(
+        self, ifname: str, index: int, want: LinkSettings, *, gone_ok: bool = False
+    ) -> None:
         """One RTM_NEWLINK (a "set") with every attribute to change. `gone_ok`: an
         interface that no longer exists is not an error (restoring: nothing to restore)."""
         from common.rtnl import RTM_NEWLINK, NetlinkError
@@ -254,12 +284,10 @@ def check_link_fits(ifname: str, want: LinkSettings, link: LinkState) -> None:
 IPV6_MIN_MTU = 1280
 
 
-def ipv6_addresses(ifname: str) -> list[str]:
-    """The interface's IPv6 addresses other than link-local and loopback ones, as the
-    entered namespace lists them (thread-self: setns switched this thread only)."""
+def ipv6_addresses(ifname: str, ns: ContainerNetns) -> list[str]:
+    """The interface's IPv6 addresses other than link-local and loopback ones."""
     try:
-        with open("/proc/thread-self/net/if_inet6") as f:
-            lines = f.read().splitlines()
+        lines = ns.if_inet6().splitlines()
     except OSError:
         return []  # no IPv6 in this kernel
     out = []
@@ -270,7 +298,9 @@ def ipv6_addresses(ifname: str) -> list[str]:
     return out
 
 
-def check_ipv6_survives(ifname: str, want: LinkSettings, link: LinkState) -> None:
+def check_ipv6_survives(
+    ifname: str, want: LinkSettings, link: LinkState, ns: ContainerNetns
+) -> None:
     """Refuse lowering the MTU below 1280 while the interface has IPv6 addresses.
 
     The kernel then removes IPv6 from the device altogether: its addresses, routes and
@@ -279,7 +309,7 @@ def check_ipv6_survives(ifname: str, want: LinkSettings, link: LinkState) -> Non
     """
     if want.mtu is None or want.mtu >= IPV6_MIN_MTU or link.mtu < IPV6_MIN_MTU:
         return
-    addresses = ipv6_addresses(ifname)
+    addresses = ipv6_addresses(ifname, ns)
     if addresses:
         import ipaddress
 
@@ -294,11 +324,11 @@ def check_ipv6_survives(ifname: str, want: LinkSettings, link: LinkState) -> Non
 # ---------------------------------------------------------------------------- the verbs' steps
 
 
-def observe(plan: Plan, links: Links) -> Observed:
+def observe(plan: Plan, ns: ContainerNetns) -> Observed:
     """Read (and so validate) everything the plan touches. Changes nothing."""
     link = None
     if not plan.link.empty:
-        link = links.observe(plan.ifname)
+        link = ns.link(plan.ifname)
         if link is None:
             raise CniError(
                 KERNEL_FAILURE,
@@ -306,41 +336,41 @@ def observe(plan: Plan, links: Links) -> Observed:
                 "tuning changes an interface a previous plugin created; check the chain",
             )
         check_link_fits(plan.ifname, plan.link, link)
-        check_ipv6_survives(plan.ifname, plan.link, link)
-    return Observed(link, read_sysctls(plan.sysctls, plan.ifname, missing_ok=False))
+        check_ipv6_survives(plan.ifname, plan.link, link, ns)
+    return Observed(link, read_sysctls(plan.sysctls, plan.ifname, ns, missing_ok=False))
 
 
-def apply(plan: Plan, before: Observed, links: Links) -> None:
+def apply(plan: Plan, before: Observed, ns: ContainerNetns) -> None:
     """Make the namespace match the plan; on failure put back what was already changed,
     and raise UndoFailed instead of the failure's error when that did not work either."""
     done: list[SysctlWrite] = []
     try:
         if before.link is not None:
-            links.change(plan.ifname, before.link.index, plan.link)
+            ns.change_link(plan.ifname, before.link.index, plan.link)
         for w in plan.sysctls:
             try:
-                write_sysctl(resolve_sysctl(w.path), w.value)
+                ns.write_sysctl(resolve_sysctl(w.path), w.value)
             except OSError as e:
                 what = f"value {w.value!r} for sysctl {w.key}"
                 raise _sysctl_error(what, e, plan.ifname) from None
             done.append(w)
     except CniError as e:
         changed = {w.path: before.sysctls.get(w.path) for w in done}
-        failures = restore(originals(plan, before.link, changed), plan.ifname, links)
+        failures = restore(originals(plan, before.link, changed), plan.ifname, ns)
         if failures:
             undo = f"; could not put back {len(failures)} value(s): {'; '.join(failures)}"
             raise UndoFailed(e.code, e.msg, e.details + undo) from None
         raise
 
 
-def restore(backup: Backup, ifname: str, links: Links) -> list[str]:
+def restore(backup: Backup, ifname: str, ns: ContainerNetns) -> list[str]:
     """Put the originals back, in reverse order of change; what no longer exists (the
     interface, a per-interface sysctl) is skipped, also when it vanishes midway. Returns
     the failures."""
     failures = []
     for path, value in reversed(backup.sysctls):
         try:
-            write_sysctl(resolve_sysctl(path), value)
+            ns.write_sysctl(resolve_sysctl(path), value)
         except (OSError, CniError) as e:
             if not (isinstance(e, OSError) and e.errno in _GONE_ERRNOS):
                 failures.append(f"sysctl {path.replace('/', '.')}: {e}")
@@ -353,9 +383,9 @@ def restore(backup: Backup, ifname: str, links: Links) -> list[str]:
             tx_qlen=backup.tx_qlen,
         )
         try:
-            link = links.observe(ifname)
+            link = ns.link(ifname)
             if link is not None:
-                links.change(ifname, link.index, original, gone_ok=True)
+                ns.change_link(ifname, link.index, original, gone_ok=True)
         except CniError as e:
             failures.append(str(e))
     return failures

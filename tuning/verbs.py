@@ -15,7 +15,6 @@ from common.errors import (
     STATUS_UNAVAILABLE,
     CniError,
 )
-from common.netns import entered
 from common.result import Result
 from common.skel import Request
 from tuning import allowlist, apply, config
@@ -37,15 +36,15 @@ def add(request: Request) -> Result:
     cid, ifname = request.container_id, request.ifname
     if not plan.link.empty:
         apply.preload_links()
-    with store.lock(), entered(request.netns), apply.Links() as links:
-        before = apply.observe(plan, links)
+    with store.lock(), apply.ContainerNetns(request.netns) as ns:
+        before = apply.observe(plan, ns)
         older = store.load(request)
         backup = originals(plan, before.link, before.sysctls)
         backup.network, backup.container_id, backup.ifname = request.network, cid, ifname
         kept = backup.keeping_older(older)
         store.save(request, kept)
         try:
-            apply.apply(plan, before, links)
+            apply.apply(plan, before, ns)
         except apply.UndoFailed as e:
             # Some changes are still in place: the backup just saved is what lets the
             # DEL the runtime sends after a failed ADD put them back.
@@ -86,8 +85,8 @@ def delete(request: Request) -> None:
         failures = []
         if request.netns and os.path.exists(request.netns):
             try:
-                with entered(request.netns), apply.Links() as links:
-                    failures = apply.restore(backup, ifname, links)
+                with apply.ContainerNetns(request.netns) as ns:
+                    failures = apply.restore(backup, ifname, ns)
             except CniError as e:
                 if e.code != INVALID_NETNS:  # the namespace vanished meanwhile: fine
                     raise
@@ -108,11 +107,11 @@ def check(request: Request) -> None:
     plan = make_plan(conf, request.ifname)
     if plan.empty:
         return
-    with entered(request.netns), apply.Links() as links:
-        live = apply.read_sysctls(plan.sysctls, plan.ifname, missing_ok=True)
+    with apply.ContainerNetns(request.netns) as ns:
+        live = apply.read_sysctls(plan.sysctls, plan.ifname, ns, missing_ok=True)
         problems = sysctl_differences(plan, live)
         if not plan.link.empty:
-            link = links.observe(plan.ifname)
+            link = ns.link(plan.ifname)
             if link is None:
                 problems.append(f"there is no interface {plan.ifname}")
             else:

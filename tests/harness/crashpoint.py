@@ -48,7 +48,11 @@ WATCHED = {
         *STATE_STEPS,
     ),
     "bandwidth": ("bandwidth.tc:Rtnl._apply_one", *STATE_STEPS),
-    "tuning": ("tuning.apply:write_sysctl", "tuning.apply:Links.change", *STATE_STEPS),
+    "tuning": (
+        "tuning.apply:write_sysctl",
+        "tuning.apply:ContainerNetns.change_link",
+        *STATE_STEPS,
+    ),
 }
 
 

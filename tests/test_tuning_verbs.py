@@ -1,0 +1,216 @@
+"""tuning's verbs against a fake kernel (tests/harness/fake_kernel.py), without root.
+
+Each test runs ADD/DEL/CHECK/GC/STATUS through common.skel as the executable would and
+compares exact text: the fake's model of the container's links and sysctls, and the
+changes that were sent. tests/test_tuning.py proves the same on the real kernel.
+"""
+
+from __future__ import annotations
+
+import errno
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.harness.fake_kernel import FakeKernel
+
+MAC = "02:42:0a:59:00:07"
+PER_IF = "net/ipv4/conf/eth0/accept_redirects"
+NS_WIDE = "net/ipv4/ip_unprivileged_port_start"
+START = """host
+ctr
+  3 eth0 veth mtu 1500 up
+  sysctl net/ipv4/conf/eth0/accept_redirects = 1
+  sysctl net/ipv4/ip_unprivileged_port_start = 1024
+"""
+TUNED = """host
+ctr
+  3 eth0 veth mtu 1400 txqlen 500 mac 02:42:0a:59:00:07 up promisc
+  sysctl net/ipv4/conf/eth0/accept_redirects = 0
+  sysctl net/ipv4/ip_unprivileged_port_start = 80
+"""
+SET = """ctr: RTM_NEWLINK dev eth0 promisc address 02:42:0a:59:00:07 mtu 1400 txqlen 500
+ctr: sysctl net/ipv4/conf/eth0/accept_redirects = 0
+ctr: sysctl net/ipv4/ip_unprivileged_port_start = 80
+"""
+RESTORE = """ctr: sysctl net/ipv4/ip_unprivileged_port_start = 1024
+ctr: sysctl net/ipv4/conf/eth0/accept_redirects = 1
+ctr: RTM_NEWLINK dev eth0 nopromisc address 02:00:00:00:00:03 mtu 1500 txqlen 1000
+"""
+
+
+@pytest.fixture
+def kernel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeKernel:
+    monkeypatch.setenv("CNI_META_STATE_ROOT", str(tmp_path / "state"))
+    monkeypatch.setenv("CNI_META_LOG_FILE", str(tmp_path / "plugins.log"))
+    fake = FakeKernel(tmp_path / "netns")
+    fake.install(monkeypatch)
+    return fake
+
+
+@pytest.fixture
+def netns(kernel: FakeKernel) -> str:
+    path = kernel.add_netns("ctr")
+    ns = kernel.ns(path)
+    kernel.add_link(ns, "eth0", "veth")
+    ns.sysctls.update({PER_IF: "1", NS_WIDE: "1024"})
+    return path
+
+
+def conf(netns: str, **keys: Any) -> dict[str, Any]:
+    keys = keys or {
+        "mac": MAC,
+        "mtu": 1400,
+        "promisc": True,
+        "txQLen": 500,
+        "sysctl": {"net.ipv4.conf.IFNAME.accept_redirects": "0",
+                   "net.ipv4.ip_unprivileged_port_start": "80"},
+    }  # fmt: skip
+    prev = {"cniVersion": "1.1.0", "interfaces": [{"name": "eth0", "sandbox": netns}], "ips": []}
+    return {"cniVersion": "1.1.0", "name": "tunenet", "type": "tuning", "prevResult": prev, **keys}
+
+
+def backups(tmp_path: Path) -> list[str]:
+    return sorted(p.name for p in (tmp_path / "state").rglob("*") if p.is_file()
+                  and "lock" not in p.name)  # fmt: skip
+
+
+def run(kernel: FakeKernel, command: str, netns: str, **keys: Any) -> tuple[int, Any]:
+    return kernel.run("tuning", command, conf(netns, **keys), netns=netns)
+
+
+# ---------------------------------------------------------------------------- ADD
+
+
+def test_add_sets_the_link_in_one_request_then_the_sysctls(
+    kernel: FakeKernel, netns: str, tmp_path: Path
+) -> None:
+    assert kernel.dump() == START
+    code, result = run(kernel, "ADD", netns)
+    assert code == 0, result
+    assert kernel.dump() == TUNED
+    assert kernel.sent() == SET
+    assert len(backups(tmp_path)) == 1
+
+
+def test_add_on_a_missing_interface_changes_nothing(kernel: FakeKernel, netns: str) -> None:
+    kernel.delete_link(netns, "eth0")
+    before = kernel.dump()
+    code, error = run(kernel, "ADD", netns)
+    assert (code, error["code"]) == (1, 100)
+    assert "no interface eth0" in error["msg"]
+    assert (kernel.dump(), kernel.sent()) == (before, "")
+
+
+def test_a_refused_sysctl_puts_the_link_back_and_keeps_no_backup(
+    kernel: FakeKernel, netns: str, tmp_path: Path
+) -> None:
+    kernel.on(f"sysctl {NS_WIDE} = 80", errno.EINVAL)
+    code, error = run(kernel, "ADD", netns)
+    assert (code, error["code"]) == (1, 7)
+    assert "refused" in error["msg"]
+    lines = SET.splitlines(keepends=True)
+    refused = lines[2].replace("\n", " -> EINVAL\n")
+    undo = RESTORE.splitlines(keepends=True)[1:]
+    assert kernel.sent() == "".join([*lines[:2], refused, *undo])
+    assert kernel.dump() == START
+    assert backups(tmp_path) == []
+
+
+def test_a_failed_undo_keeps_the_backup_and_del_restores(
+    kernel: FakeKernel, netns: str, tmp_path: Path
+) -> None:
+    kernel.on(f"sysctl {NS_WIDE} = 80", errno.EINVAL)
+    kernel.on("RTM_NEWLINK dev eth0 nopromisc", errno.EBUSY)  # the undo of the link fails
+    code, error = run(kernel, "ADD", netns)
+    assert (code, error["code"]) == (1, 7)
+    assert "could not put back 1 value" in error["details"]
+    assert len(backups(tmp_path)) == 1
+    kernel.sent()
+    assert run(kernel, "DEL", netns) == (0, None)
+    assert kernel.dump() == START
+    assert backups(tmp_path) == []
+
+
+def test_an_mtu_below_1280_is_refused_while_eth0_has_ipv6(kernel: FakeKernel, netns: str) -> None:
+    kernel.ns(netns).if_inet6 = "fd000089000900000000000000000005 03 40 00 80     eth0\n"
+    code, error = run(kernel, "ADD", netns, mtu=1200)
+    assert (code, error["code"]) == (1, 7)
+    assert "fd00:89:9::5" in error["msg"]
+    assert kernel.sent() == ""
+
+
+# ---------------------------------------------------------------------------- CHECK
+
+
+def test_check_passes_after_add_and_names_what_changed_since(
+    kernel: FakeKernel, netns: str
+) -> None:
+    run(kernel, "ADD", netns)
+    assert run(kernel, "CHECK", netns) == (0, None)
+    kernel.ns(netns).sysctls[NS_WIDE] = "1024"
+    kernel.ns(netns).by_name("eth0").mtu = 9000  # type: ignore[union-attr]
+    code, error = run(kernel, "CHECK", netns)
+    assert (code, error["code"]) == (1, 102)
+    assert error["details"].endswith("eth0 MTU is 9000, configured 1400")
+    assert "ip_unprivileged_port_start is '1024'" in error["details"]
+
+
+# ---------------------------------------------------------------------------- DEL
+
+
+def test_del_restores_the_originals_and_a_second_del_sends_nothing(
+    kernel: FakeKernel, netns: str, tmp_path: Path
+) -> None:
+    run(kernel, "ADD", netns)
+    kernel.sent()
+    assert run(kernel, "DEL", netns) == (0, None)
+    assert kernel.sent() == RESTORE
+    assert kernel.dump() == START
+    assert backups(tmp_path) == []
+    assert run(kernel, "DEL", netns) == (0, None)
+    assert kernel.sent() == ""
+
+
+def test_del_after_the_netns_went_forgets_the_backup(
+    kernel: FakeKernel, netns: str, tmp_path: Path
+) -> None:
+    run(kernel, "ADD", netns)
+    kernel.remove_netns(netns)
+    kernel.sent()
+    assert run(kernel, "DEL", netns) == (0, None)
+    assert (kernel.sent(), backups(tmp_path)) == ("", [])
+
+
+def test_del_succeeds_when_eth0_vanishes_midway(
+    kernel: FakeKernel, netns: str, tmp_path: Path
+) -> None:
+    run(kernel, "ADD", netns)
+    kernel.sent()
+    kernel.on(f"sysctl {PER_IF}", lambda: kernel.delete_link(netns, "eth0"))
+    assert run(kernel, "DEL", netns) == (0, None)
+    assert kernel.sent() == RESTORE.splitlines(keepends=True)[0]
+    assert backups(tmp_path) == []
+
+
+# ---------------------------------------------------------------------------- GC / STATUS
+
+
+def test_gc_forgets_the_backups_of_attachments_no_longer_valid(
+    kernel: FakeKernel, netns: str, tmp_path: Path
+) -> None:
+    run(kernel, "ADD", netns)
+    kernel.run("tuning", "ADD", conf(netns, mtu=1400), netns=netns, container_id="ctr2")
+    assert len(backups(tmp_path)) == 2
+    kernel.sent()
+    gc = {"cniVersion": "1.1.0", "name": "tunenet", "type": "tuning",
+          "cni.dev/valid-attachments": [{"containerID": "ctr2", "ifname": "eth0"}]}  # fmt: skip
+    assert kernel.run("tuning", "GC", gc, netns="") == (0, None)
+    assert kernel.sent() == ""  # GC forgets, it does not restore: the container is gone
+    assert len(backups(tmp_path)) == 1
+
+
+def test_status_is_ready_with_a_writable_data_dir(kernel: FakeKernel) -> None:
+    status = {"cniVersion": "1.1.0", "name": "tunenet", "type": "tuning"}
+    assert kernel.run("tuning", "STATUS", status, netns="") == (0, None)
