@@ -393,9 +393,13 @@ def tag_of(comment: str) -> str:
 class Nft:
     """One libnftables context, in the netns where it was created (the plugin's own)."""
 
+    # The seam unit tests replace (tests/harness/fake_portmap.py): everything portmap
+    # asks nftables goes through `run` of the object this makes.
+    new_context = libnftables.Context
+
     def __init__(self) -> None:
         try:
-            self.context = libnftables.Context()
+            self.context = self.new_context()
         except OSError as e:
             raise CniError(STATUS_UNAVAILABLE, "libnftables cannot be loaded", str(e)) from None
 

@@ -37,11 +37,21 @@ def _route_localnet_path(plan: Plan) -> list[tuple[str, str]]:
     return out
 
 
+def read_sysctl(path: str) -> str:
+    """The seams for route_localnet that unit tests replace (tests/harness/fake_portmap.py)."""
+    with open(path) as f:
+        return f.read()
+
+
+def write_sysctl(path: str, value: str) -> None:
+    with open(path, "w") as f:
+        f.write(value)
+
+
 def enable_route_localnet(plan: Plan) -> None:
     for ip, path in _route_localnet_path(plan):
         try:
-            with open(path, "w") as f:
-                f.write("1")
+            write_sysctl(path, "1")
         except OSError as e:
             raise CniError(
                 KERNEL_FAILURE, f"cannot enable route_localnet toward {ip} ({path})", str(e)
@@ -143,8 +153,7 @@ def check(request: Request) -> None:
     backend.check(plan)
     for ip, path in _route_localnet_path(plan):
         try:
-            with open(path) as f:
-                on = f.read().strip() == "1"
+            on = read_sysctl(path).strip() == "1"
         except OSError:
             on = False
         if not on:

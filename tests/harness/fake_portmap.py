@@ -1,0 +1,409 @@
+"""A host's netfilter in memory, for running portmap's verbs without root.
+
+portmap reaches the kernel through these seams, and `FakeNetfilter.install` puts this
+module's versions there:
+
+* nftables backend: `portmap.nft.Nft.new_context` (the libnftables context; every nft
+  command portmap sends goes through its `run(text)`). `FakeNft` keeps the one table
+  portmap makes: its sets and maps with their elements (key, comment, data) and its
+  chains with their rules as text. A buffer of several commands is one transaction
+  (all or nothing, as libnftables does); `get element`, `list tables`, `list set` and
+  `list table` (JSON) answer in libnftables' format for what portmap asks.
+* iptables backend: `portmap.xtables.run` (every iptables-save, iptables -S and
+  iptables-restore call) plus `xtables.tool`/`xtables.legacy_nat_exists` (which only
+  probe the host's files). `FakeXtables` keeps each (variant, family)'s nat table:
+  chains and rules as `iptables-save -t nat` prints them, and applies
+  `iptables-restore --noflush` transactions (-N -A -I -D -F -X, all or nothing).
+* host extras: `portmap.verbs.read_sysctl`/`write_sysctl` (route_localnet),
+  `portmap.netlink.route_oif_v4` (every container address is behind `cni0`) and
+  `portmap.netlink.flush_udp_conntrack` (recorded, deletes nothing); the Go portmap's
+  objects (`portmap.go_takeover`) are absent.
+
+Tests compare exact text: `dump()` of the model and `sent()`, the changes requested
+since the last call, in order (nft's reads too with `sent(reads=True)`). The root tests
+in tests/test_portmap.py prove that the real kernel agrees.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import shlex
+from typing import Any
+
+import pytest
+
+from portmap import go_takeover, netlink, nft, verbs, xtables
+
+TABLE = "cni_meta_portmap"
+ROUTE_LOCALNET = "/proc/sys/net/ipv4/conf/cni0/route_localnet"
+
+
+class NftError(Exception):
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+ENOENT, EEXIST, EBUSY = "No such file or directory", "File exists", "Device or resource busy"
+
+
+# ---------------------------------------------------------------------------- nftables
+
+
+class FakeNft:
+    """The table `inet cni_meta_portmap` (None: absent)."""
+
+    def __init__(self, record: list[str]) -> None:
+        self.record = record
+        self.table: dict[str, Any] | None = None
+
+    # what portmap.nft.Nft sees as its context
+    def context(self) -> FakeNftContext:
+        return FakeNftContext(self)
+
+    def run(self, text: str, json_output: bool) -> tuple[int, str, str]:
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
+        if len(lines) == 1 and lines[0].split()[0] in ("get", "list"):
+            try:
+                out = self._read(lines[0], json_output)
+                self.record.append(f"nft read: {lines[0]}")
+                return 0, out, ""
+            except NftError as e:
+                self.record.append(f"nft read: {lines[0]} -> {e.reason}")
+                return 1, "", f"Error: Could not process rule: {e.reason}\n{lines[0]}\n"
+        saved = copy.deepcopy(self.table)
+        for line in lines:
+            try:
+                self._write(line)
+            except NftError as e:
+                self.table = saved
+                self.record += [f"nft: {line_}" for line_ in lines]
+                self.record.append(f"nft: -> {e.reason} ({line.split('{')[0].strip()})")
+                return 1, "", f"Error: Could not process rule: {e.reason}\n{line}\n"
+        self.record += [f"nft: {line}" for line in lines]
+        return 0, "", ""
+
+    # -- writes
+
+    def _write(self, line: str) -> None:
+        words = line.split(None, 5)
+        verb, kind = words[0], words[1]
+        if words[2:4] != ["inet", TABLE]:
+            raise AssertionError(f"portmap touched another table: {line}")
+        if kind == "table":
+            if verb == "add":
+                self.table = self.table or {"sets": {}, "chains": {}}
+            elif verb == "delete":
+                self._table()
+                self.table = None
+            return
+        table, name = self._table(), words[4]
+        if kind in ("set", "map") and verb == "add":
+            spec = line.split("type ", 1)[1].split(";")[0]
+            table["sets"].setdefault(name, {"kind": kind, "type": spec, "elems": {}})
+        elif kind == "chain" and verb == "add":
+            table["chains"].setdefault(name, [])
+        elif kind == "chain" and verb == "flush":
+            self._chain(name).clear()
+        elif kind == "rule":
+            rules = self._chain(name)
+            rules.insert(0, words[5]) if verb == "insert" else rules.append(words[5])
+        elif kind == "element":
+            elems = self._set(name)["elems"]
+            for key, comment, data in _items(line):
+                if verb == "delete":
+                    if key not in elems:
+                        raise NftError(ENOENT)
+                    del elems[key]
+                elif key in elems:
+                    if verb == "create":
+                        raise NftError(EEXIST)
+                    if elems[key][1] != data:
+                        raise NftError(EBUSY)
+                else:
+                    elems[key] = (comment, data)
+        else:
+            raise AssertionError(f"the fake does not know: {line}")
+
+    def _table(self) -> dict[str, Any]:
+        if self.table is None:
+            raise NftError(ENOENT)
+        return self.table
+
+    def _chain(self, name: str) -> list[str]:
+        chains: dict[str, list[str]] = self._table()["chains"]
+        if name not in chains:
+            raise NftError(ENOENT)
+        return chains[name]
+
+    def _set(self, name: str) -> dict[str, Any]:
+        sets: dict[str, Any] = self._table()["sets"]
+        if name not in sets:
+            raise NftError(ENOENT)
+        return sets[name]  # type: ignore[no-any-return]
+
+    # -- reads
+
+    def _read(self, line: str, json_output: bool) -> str:
+        words = line.split(None, 5)
+        if words[:2] == ["list", "tables"]:
+            return f"table inet {TABLE}\n" if self.table is not None else ""
+        assert words[2:4] == ["inet", TABLE], line
+        if words[:2] == ["list", "table"]:
+            assert json_output, "portmap reads the table as JSON"
+            return self._json()
+        s = self._set(words[4])
+        if words[:2] == ["list", "set"]:
+            return self._set_text(words[4], s["elems"].items())
+        assert words[:2] == ["get", "element"], line
+        found = []
+        for key, _, _ in _items(line):
+            if key not in s["elems"]:
+                raise NftError(ENOENT)
+            found.append((key, s["elems"][key]))
+        return self._set_text(words[4], found)
+
+    def _set_text(self, name: str, elems: Any) -> str:
+        s = self._set(name)
+        items = [_item_text(key, comment, data) for key, (comment, data) in elems]
+        body = f"\t\telements = {{ {', '.join(items)} }}\n" if items else ""
+        return (f"table inet {TABLE} {{\n\t{s['kind']} {name} {{\n\t\ttype {s['type']}\n"
+                f"{body}\t}}\n}}\n")  # fmt: skip
+
+    def _json(self) -> str:
+        objects: list[dict[str, Any]] = [{"metainfo": {"json_schema_version": 1}}]
+        objects.append({"table": {"family": "inet", "name": TABLE}})
+        for name, s in self._table()["sets"].items():
+            body: dict[str, Any] = {"family": "inet", "name": name, "table": TABLE}
+            elem = []
+            for key, (comment, data) in s["elems"].items():
+                value = _json_value(key)
+                if comment:
+                    value = {"elem": {"val": value, "comment": comment}}
+                elem.append([value, _json_value(data)] if data else value)
+            if elem:
+                body["elem"] = elem
+            objects.append({s["kind"]: body})
+        return json.dumps({"nftables": objects})
+
+    def dump(self) -> str:
+        if self.table is None:
+            return ""
+        lines = [f"table inet {TABLE}"]
+        for name, s in self.table["sets"].items():
+            lines.append(f"  {s['kind']} {name}")
+            lines += [f"    {_item_text(k, c, d)}" for k, (c, d) in s["elems"].items()]
+        for name, rules in self.table["chains"].items():
+            lines.append(f"  chain {name}")
+            lines += [f"    {rule}" for rule in rules]
+        return "\n".join(lines) + "\n"
+
+
+class FakeNftContext:
+    """portmap.libnftables.Context's interface."""
+
+    def __init__(self, fake: FakeNft) -> None:
+        self.fake, self.json_output = fake, False
+
+    def set_json_output(self, on: bool) -> None:
+        self.json_output = on
+
+    def run(self, text: str) -> tuple[int, str, str]:
+        return self.fake.run(text, self.json_output)
+
+
+_ITEM = re.compile(r'^(?P<key>.*?)(?: comment "(?P<comment>[^"]*)")?(?: : (?P<data>.*))?$')
+
+
+def _items(line: str) -> list[tuple[str, str, str]]:
+    """The elements of `... { KEY [comment "C"] [: DATA], ... }` as (key, comment, data)."""
+    body = line[line.index("{") + 1 : line.rindex("}")]
+    out, part, quoted = [], "", False
+    for ch in body + ",":
+        if ch == '"':
+            quoted = not quoted
+        if ch == "," and not quoted:
+            match = _ITEM.match(part.strip())
+            assert match, part
+            out.append((match["key"], match["comment"] or "", match["data"] or ""))
+            part = ""
+        else:
+            part += ch
+    return out
+
+
+def _item_text(key: str, comment: str, data: str) -> str:
+    return key + (f' comment "{comment}"' if comment else "") + (f" : {data}" if data else "")
+
+
+def _json_value(text: str) -> Any:
+    if text.startswith(("goto ", "jump ")):
+        verdict, target = text.split()
+        return {verdict: {"target": target}}
+    parts: list[Any] = [int(p) if p.isdigit() else p for p in text.split(" . ")]
+    return parts[0] if len(parts) == 1 else {"concat": parts}
+
+
+# ---------------------------------------------------------------------------- iptables
+
+BUILTIN_CHAINS = ("PREROUTING", "INPUT", "OUTPUT", "POSTROUTING")
+TARGETS = {"ACCEPT", "DROP", "RETURN", "DNAT", "SNAT", "MASQUERADE", "MARK"}
+_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.:/[]!,+=@")
+
+
+def _saved_word(word: str) -> str:
+    if word and set(word) <= _SAFE:
+        return word
+    return '"' + word.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _target(rule: str) -> str:
+    words = shlex.split(rule)
+    return words[words.index("-j") + 1] if "-j" in words else ""
+
+
+class FakeXtables:
+    """Each (variant, family)'s nat table: {chain: [rule lines as iptables-save prints]}."""
+
+    def __init__(self, record: list[str]) -> None:
+        self.record = record
+        self.tables: dict[tuple[str, int], dict[str, list[str]]] = {}
+
+    def table(self, variant: str, family: int) -> dict[str, list[str]]:
+        return self.tables.setdefault((variant, family), {c: [] for c in BUILTIN_CHAINS})
+
+    def run(self, argv: list[str], data: bytes = b"") -> tuple[int, str]:
+        name = os.path.basename(argv[0])
+        family = 6 if name.startswith("ip6") else 4
+        variant = "legacy" if "-legacy" in name else "nft"
+        table = self.table(variant, family)
+        if name.endswith("-save"):
+            assert argv[1:] == ["-t", "nat"], argv
+            return 0, self._save(table)
+        if name.endswith("-restore"):
+            assert argv[1] == "--noflush", argv
+            return self._restore(variant, family, data.decode())
+        assert argv[-2] == "-S", argv  # iptables -w N -t nat -S CHAIN
+        chain = argv[-1]
+        if chain not in table:
+            return 1, "iptables: No chain/target/match by that name.\n"
+        head = f"-P {chain} ACCEPT" if chain in BUILTIN_CHAINS else f"-N {chain}"
+        return 0, "".join(f"{line}\n" for line in [head, *table[chain]])
+
+    def _save(self, table: dict[str, list[str]]) -> str:
+        lines = ["*nat"]
+        lines += [f":{c} {'ACCEPT' if c in BUILTIN_CHAINS else '-'} [0:0]" for c in table]
+        lines += [rule for c in table for rule in table[c]]
+        return "\n".join([*lines, "COMMIT"]) + "\n"
+
+    def _restore(self, variant: str, family: int, text: str) -> tuple[int, str]:
+        lines = text.splitlines()
+        assert lines[0] == "*nat" and lines[-1] == "COMMIT", text
+        where = f"{variant} ipv{family}"
+        table = copy.deepcopy(self.table(variant, family))
+        for number, line in enumerate(lines[1:-1], start=2):
+            if not self._apply(table, shlex.split(line)):
+                self.record += [f"{where}: {x}" for x in lines[1:-1]]
+                self.record.append(f"{where}: -> line {number} failed")
+                return 1, f"iptables-restore: line {number} failed\n"
+        self.tables[(variant, family)] = table
+        self.record += [f"{where}: {x}" for x in lines[1:-1]]
+        return 0, ""
+
+    def _apply(self, table: dict[str, list[str]], words: list[str]) -> bool:
+        verb, chain, rest = words[0], words[1], words[2:]
+        if verb == "-N":
+            if chain in table:
+                return False
+            table[chain] = []
+            return True
+        if chain not in table:
+            return False
+        rules = table[chain]
+        if verb == "-F":
+            rules.clear()
+        elif verb == "-X":
+            used = any(_target(r) == chain for c in table.values() for r in c)
+            if chain in BUILTIN_CHAINS or rules or used:
+                return False
+            del table[chain]
+        elif verb in ("-A", "-I"):
+            at = int(rest.pop(0)) - 1 if verb == "-I" and rest[0].isdigit() else 0
+            target = _target(" ".join(rest))
+            if target not in TARGETS and target not in table:
+                return False
+            rule = " ".join(["-A", chain, *map(_saved_word, rest)])
+            rules.append(rule) if verb == "-A" else rules.insert(at, rule)
+        elif verb == "-D":
+            rule = " ".join(["-A", chain, *map(_saved_word, rest)])
+            if rule not in rules:
+                return False
+            rules.remove(rule)
+        else:
+            raise AssertionError(f"the fake does not know: {words}")
+        return True
+
+    def dump(self) -> str:
+        out = []
+        for (variant, family), table in sorted(self.tables.items()):
+            rules = [rule for c in table for rule in table[c]]
+            users = [f":{c}" for c in table if c not in BUILTIN_CHAINS]
+            if rules or users:
+                out += [f"{variant} ipv{family}", *users, *rules]
+        return "".join(f"{line}\n" for line in out)
+
+
+# ---------------------------------------------------------------------------- the host
+
+
+class FakeNetfilter:
+    def __init__(self) -> None:
+        self.requests: list[str] = []
+        self.nft = FakeNft(self.requests)
+        self.xtables = FakeXtables(self.requests)
+        self.sysctls = {ROUTE_LOCALNET: "0"}
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setattr(nft.Nft, "new_context", staticmethod(self.nft.context))
+        monkeypatch.setattr(xtables, "run", self.xtables.run)
+        monkeypatch.setattr(xtables, "tool", lambda v, f, k: f"/fake/{_tool_name(v, f, k)}")
+        monkeypatch.setattr(xtables, "legacy_nat_exists", lambda family: False)
+        monkeypatch.setenv(xtables.VARIANT_ENV, "nft")
+        monkeypatch.setattr(verbs, "read_sysctl", self._read_sysctl)
+        monkeypatch.setattr(verbs, "write_sysctl", self._write_sysctl)
+        monkeypatch.setattr(netlink, "route_oif_v4", lambda ip: "cni0")
+        monkeypatch.setattr(netlink, "flush_udp_conntrack", self._flush)
+        monkeypatch.setattr(go_takeover, "nft_has", lambda *a: False)
+        monkeypatch.setattr(go_takeover, "legacy_may_have", lambda *a: False)
+
+    def _read_sysctl(self, path: str) -> str:
+        if path not in self.sysctls:
+            raise FileNotFoundError(2, "No such file or directory", path)
+        return self.sysctls[path] + "\n"
+
+    def _write_sysctl(self, path: str, value: str) -> None:
+        self._read_sysctl(path)
+        self.requests.append(f"sysctl {path} = {value}")
+        self.sysctls[path] = value
+
+    def _flush(self, family: int, targets: Any) -> int:
+        ports = ", ".join(f"{ip or '*'}:{port}" for ip, port in targets)
+        self.requests.append(f"conntrack: flush IPv{family} UDP to {ports}")
+        return 0
+
+    def dump(self) -> str:
+        sysctls = [f"sysctl {k} = {v}\n" for k, v in sorted(self.sysctls.items())]
+        return self.nft.dump() + self.xtables.dump() + "".join(sysctls)
+
+    def sent(self, reads: bool = False) -> str:
+        """The changes requested since the last call, one a line (and nft's reads)."""
+        out = [r for r in self.requests if reads or not r.startswith("nft read: ")]
+        self.requests.clear()
+        return "".join(line + "\n" for line in out)
+
+
+def _tool_name(variant: str, family: int, kind: str) -> str:
+    return f"{'ip6tables' if family == 6 else 'iptables'}-{variant}-{kind}"

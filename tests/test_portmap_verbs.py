@@ -1,0 +1,351 @@
+"""portmap's verbs against a fake netfilter (tests/harness/fake_portmap.py), without root.
+
+Each test runs ADD/CHECK/DEL/GC through common.skel as the executable would, once per
+backend, and compares exact text: the fake's model of the nft table or the nat tables,
+and the changes that were sent. tests/test_portmap.py proves the same on the real kernel.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from portmap import nft
+from portmap.config import Attachment
+from portmap.xtables import chain_name
+from tests.harness.fake_kernel import FakeKernel
+from tests.harness.fake_portmap import ROUTE_LOCALNET, FakeNetfilter
+
+NET = "pmnet"
+BACKENDS = ("nftables", "iptables")
+T = "inet cni_meta_portmap"
+LOCALNET_ON = f"sysctl {ROUTE_LOCALNET} = 1\n"
+MAPPINGS = [{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"},
+            {"hostPort": 5353, "containerPort": 53, "protocol": "udp"}]  # fmt: skip
+
+
+class World:
+    def __init__(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: str) -> None:
+        self.backend = backend
+        self.kernel = FakeKernel(tmp_path / "netns")  # for the CNI_NETNS paths and `run`
+        self.netns = self.kernel.add_netns("ctr")
+        self.fake = FakeNetfilter()
+        self.fake.install(monkeypatch)
+        self.state = tmp_path / "state"
+
+    def conf(self, ip: str = "10.88.0.5", mappings: Any = MAPPINGS, **keys: Any) -> Any:
+        return {
+            "cniVersion": "1.1.0", "name": NET, "type": "portmap", "backend": self.backend,
+            "runtimeConfig": {"portMappings": mappings},
+            "prevResult": {
+                "cniVersion": "1.1.0",
+                "interfaces": [{"name": "eth0", "sandbox": self.netns}],
+                "ips": [{"address": f"{ip}/16", "interface": 0}],
+            },
+            **keys,
+        }  # fmt: skip
+
+    def run(self, command: str, cid: str = "ctr1", **conf: Any) -> tuple[int, Any]:
+        return self.kernel.run("portmap", command, self.conf(**conf), netns=self.netns,
+                               container_id=cid)  # fmt: skip
+
+    def records(self) -> list[str]:
+        return sorted(p.name for p in self.state.rglob("*.json"))
+
+
+@pytest.fixture(params=BACKENDS)
+def world(request: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> World:
+    monkeypatch.setenv("CNI_META_STATE_ROOT", str(tmp_path / "state"))
+    monkeypatch.setenv("CNI_META_LOG_FILE", str(tmp_path / "plugins.log"))
+    return World(tmp_path, monkeypatch, request.param)
+
+
+def tag(cid: str) -> str:
+    return Attachment(NET, cid, "eth0").comment
+
+
+def chain(cid: str) -> str:
+    return chain_name(Attachment(NET, cid, "eth0"))
+
+
+# ---------------------------------------------------------------------------- expected text
+
+
+def nft_elements(cid: str, ip: str, verb: str = "create") -> list[str]:
+    c = tag(cid)
+    return [
+        f'{verb} element {T} claims4 {{ 0.0.0.0 . tcp . 8080 comment "{c}", '
+        f'0.0.0.0 . udp . 5353 comment "{c}" }}',
+        f'add element {T} any4 {{ tcp . 8080 comment "{c}" : {ip} . 80, '
+        f'udp . 5353 comment "{c}" : {ip} . 53 }}',
+        f'add element {T} masq4 {{ {ip} comment "{c}" : goto masq4-p16 }}',
+        f'add element {T} hairpin4 {{ 10.88.0.0 . {ip} comment "{c}" }}',
+    ]
+
+
+NFT_MASQ_CHAIN = [
+    f"add chain {T} masq4-p16",
+    f"flush chain {T} masq4-p16",
+    f"add rule {T} masq4-p16 ip saddr 127.0.0.0/8 masquerade",
+    f"add rule {T} masq4-p16 ip saddr & 255.255.0.0 . ip daddr @hairpin4 masquerade",
+]
+
+
+def nft_dump(cid: str = "ctr1", ip: str = "10.88.0.5") -> str:
+    c = tag(cid)
+    return f"""table inet cni_meta_portmap
+  set lanes
+    1260550007
+    3891707921
+  set claims4
+    0.0.0.0 . tcp . 8080 comment "{c}"
+    0.0.0.0 . udp . 5353 comment "{c}"
+  map masq4
+    {ip} comment "{c}" : goto masq4-p16
+  set hairpin4
+    10.88.0.0 . {ip} comment "{c}"
+  set claims6
+  map masq6
+  set hairpin6
+  map hostip4
+  map any4
+    tcp . 8080 comment "{c}" : {ip} . 80
+    udp . 5353 comment "{c}" : {ip} . 53
+  map hostip6
+  map any6
+  chain hostports
+    dnat ip to ip daddr . meta l4proto . th dport map @hostip4
+    dnat ip6 to ip6 daddr . meta l4proto . th dport map @hostip6
+    meta nfproto ipv4 dnat ip to meta l4proto . th dport map @any4
+    meta nfproto ipv6 dnat ip6 to meta l4proto . th dport map @any6
+  chain masq-all
+    masquerade
+  chain prerouting
+    fib daddr type local jump hostports
+  chain output
+    fib daddr type local jump hostports
+  chain postrouting
+    ct status dnat ip daddr vmap @masq4
+    ct status dnat ip6 daddr vmap @masq6
+  chain masq4-p16
+    ip saddr 127.0.0.0/8 masquerade
+    ip saddr & 255.255.0.0 . ip daddr @hairpin4 masquerade
+"""
+
+
+def ipt_chain_rules(cid: str, ip: str) -> list[str]:
+    dn, out = chain(cid), []
+    for proto, port, cport in (("tcp", 8080, 80), ("udp", 5353, 53)):
+        dest = f"-p {proto} -m {proto} --dport {port}"
+        out += [f"-A {dn} -s 10.88.0.0/16 {dest} -j CNI-HOSTPORT-SETMARK",
+                f"-A {dn} -s 127.0.0.0/8 {dest} -j CNI-HOSTPORT-SETMARK",
+                f"-A {dn} {dest} -j DNAT --to-destination {ip}:{cport}"]  # fmt: skip
+    return out
+
+
+def ipt_jumps(cid: str) -> list[str]:
+    comment = f'-m comment --comment "portmap {tag(cid)}" -j {chain(cid)}'
+    return [f"-A CNI-HOSTPORT-DNAT -p tcp -m tcp --dport 8080 {comment}",
+            f"-A CNI-HOSTPORT-DNAT -p udp -m udp --dport 5353 {comment}"]  # fmt: skip
+
+
+SETMARK = ('-A CNI-HOSTPORT-SETMARK -m comment --comment "CNI portfwd masquerade mark" '
+           "-j MARK --set-xmark 0x2000/0x2000")  # fmt: skip
+MASQ = "-A CNI-HOSTPORT-MASQ -m mark --mark 0x2000/0x2000 -j MASQUERADE"
+TO_MASQ = '-m comment --comment "CNI portfwd requiring masquerade" -j CNI-HOSTPORT-MASQ'
+TO_DNAT = "-m addrtype --dst-type LOCAL -j CNI-HOSTPORT-DNAT"
+
+
+def ipt_dump(cid: str = "ctr1", ip: str = "10.88.0.5") -> str:
+    lines = ["nft ipv4", ":CNI-HOSTPORT-SETMARK", ":CNI-HOSTPORT-MASQ", ":CNI-HOSTPORT-DNAT",
+             f":{chain(cid)}", f"-A PREROUTING {TO_DNAT}", f"-A OUTPUT {TO_DNAT}",
+             f"-A POSTROUTING {TO_MASQ}", SETMARK, MASQ, *ipt_jumps(cid),
+             *ipt_chain_rules(cid, ip)]  # fmt: skip
+    return "".join(line + "\n" for line in lines)
+
+
+IPT_SHARED = "".join(line + "\n" for line in [
+    "nft ipv4", ":CNI-HOSTPORT-SETMARK", ":CNI-HOSTPORT-MASQ", ":CNI-HOSTPORT-DNAT",
+    f"-A PREROUTING {TO_DNAT}", f"-A OUTPUT {TO_DNAT}", f"-A POSTROUTING {TO_MASQ}", SETMARK,
+    MASQ])  # fmt: skip
+
+
+def ipt_first_add(cid: str = "ctr1", ip: str = "10.88.0.5") -> list[str]:
+    return ["-N CNI-HOSTPORT-SETMARK", SETMARK, "-N CNI-HOSTPORT-MASQ", MASQ,
+            f"-I POSTROUTING 1 {TO_MASQ}", "-N CNI-HOSTPORT-DNAT", f"-A PREROUTING {TO_DNAT}",
+            f"-A OUTPUT {TO_DNAT}", f"-N {chain(cid)}", *ipt_chain_rules(cid, ip),
+            *ipt_jumps(cid)]  # fmt: skip
+
+
+def added(world: World, cid: str = "ctr1", ip: str = "10.88.0.5") -> str:
+    kind = nft_dump if world.backend == "nftables" else ipt_dump
+    return kind(cid, ip) + LOCALNET_ON
+
+
+def sent(prefix: str, lines: list[str]) -> str:
+    return "".join(f"{prefix}: {line}\n" for line in lines)
+
+
+FLUSH = "conntrack: flush IPv4 UDP to *:5353\n"
+ENOENT = "No such file or directory"
+
+
+# ---------------------------------------------------------------------------- ADD / CHECK
+
+
+def test_first_add_makes_the_table_and_the_mappings(world: World) -> None:
+    code, result = world.run("ADD")
+    assert code == 0, result
+    assert result["ips"] == [{"interface": 0, "address": "10.88.0.5/16"}]  # passed through
+    assert world.fake.dump() == added(world)
+    if world.backend == "nftables":
+        # the fast path fails as a whole (no table yet); then the table and the elements
+        # in one transaction
+        fast = [*NFT_MASQ_CHAIN, *nft_elements("ctr1", "10.88.0.5")]
+        assert world.fake.sent() == (
+            sent("nft", fast) + f"nft: -> {ENOENT} (add chain {T} masq4-p16)\n"
+            + sent("nft", [*nft.skeleton_text(), *fast]) + LOCALNET_ON + FLUSH
+        )  # fmt: skip
+    else:
+        assert world.fake.sent() == sent("nft ipv4", ipt_first_add()) + LOCALNET_ON + FLUSH
+    assert world.records() == [f"{Attachment(NET, 'ctr1', 'eth0').tag}.json"]
+
+
+def test_second_add_replaces_the_mappings_in_one_transaction(world: World) -> None:
+    world.run("ADD")
+    world.fake.sent()
+    assert world.run("ADD")[0] == 0
+    assert world.fake.dump() == added(world)
+    if world.backend == "nftables":
+        deletes = [f"delete element {T} any4 {{ tcp . 8080, udp . 5353 }}",
+                   f"delete element {T} claims4 {{ 0.0.0.0 . tcp . 8080, 0.0.0.0 . udp . 5353 }}",
+                   f"delete element {T} hairpin4 {{ 10.88.0.0 . 10.88.0.5 }}",
+                   f"delete element {T} masq4 {{ 10.88.0.5 }}"]  # fmt: skip
+        # no read at all: the state file said what is ours
+        replace = [*deletes, *NFT_MASQ_CHAIN, *nft_elements("ctr1", "10.88.0.5")]
+        assert world.fake.sent(reads=True) == sent("nft", replace) + LOCALNET_ON + FLUSH
+    else:
+        redo = [line.replace("-A CNI-HOSTPORT-DNAT", "-D CNI-HOSTPORT-DNAT")
+                for line in ipt_jumps("ctr1")]  # fmt: skip
+        redo += [f"-F {chain('ctr1')}", *ipt_chain_rules("ctr1", "10.88.0.5"), *ipt_jumps("ctr1")]
+        assert world.fake.sent() == sent("nft ipv4", redo) + LOCALNET_ON + FLUSH
+
+
+def test_check_passes_then_names_what_went_missing(world: World) -> None:
+    world.run("ADD")
+    world.fake.sent()
+    assert world.run("CHECK") == (0, None)
+    assert world.fake.sent() == ""  # CHECK changes nothing
+    if world.backend == "nftables":
+        assert world.fake.nft.table is not None
+        del world.fake.nft.table["sets"]["any4"]["elems"]["udp . 5353"]
+        missing = "any4 has no element udp . 5353 : 10.88.0.5 . 53"
+    else:
+        world.fake.xtables.table("nft", 4)[chain("ctr1")].pop()
+        missing = "lacks: -p udp -m udp --dport 5353 -j DNAT --to-destination 10.88.0.5:53"
+    code, error = world.run("CHECK")
+    assert (code, error["code"]) == (1, 102)
+    assert missing in error["details"]
+    world.fake.sysctls[ROUTE_LOCALNET] = "0"
+    world.run("ADD")
+    world.fake.sysctls[ROUTE_LOCALNET] = "0"
+    code, error = world.run("CHECK")
+    assert (code, error["code"]) == (1, 102)
+    assert error["msg"] == "route_localnet is off on the interface toward 10.88.0.5"
+
+
+def test_a_host_port_held_by_another_attachment_is_a_conflict_and_changes_nothing(
+    world: World,
+) -> None:
+    world.run("ADD")
+    world.fake.sent()
+    records = world.records()
+    code, error = world.run("ADD", cid="ctr2", ip="10.88.0.6")
+    assert (code, error["code"]) == (1, 101)
+    where = "*:8080/tcp" if world.backend == "nftables" else "0.0.0.0:8080/tcp"
+    assert error["msg"] == f"host port {where} is already mapped by attachment {NET}/ctr1/eth0"
+    assert world.fake.dump() == added(world)
+    assert world.records() == records  # ctr2 left no record behind
+    if world.backend == "nftables":
+        # what was tried failed as a whole (create element of a held claim), twice
+        attempt = sent("nft", [*NFT_MASQ_CHAIN, *nft_elements("ctr2", "10.88.0.6")])
+        attempt += f"nft: -> File exists (create element {T} claims4)\n"
+        assert world.fake.sent() == attempt * 2
+    else:
+        assert world.fake.sent() == ""  # found in the table read: nothing written
+
+
+# ---------------------------------------------------------------------------- DEL
+
+
+def test_del_of_the_last_attachment_removes_everything_and_a_second_del_nothing(
+    world: World,
+) -> None:
+    world.run("ADD")
+    world.fake.sent()
+    assert world.run("DEL") == (0, None)
+    # route_localnet is the interface's: it stays; so do the iptables backend's shared
+    # chains (as the Go plugin's do)
+    left = LOCALNET_ON if world.backend == "nftables" else IPT_SHARED + LOCALNET_ON
+    assert world.fake.dump() == left
+    if world.backend == "nftables":
+        assert world.fake.sent() == f"nft: delete table {T}\n" + FLUSH
+    else:
+        undo = [line.replace("-A CNI-HOSTPORT-DNAT", "-D CNI-HOSTPORT-DNAT")
+                for line in ipt_jumps("ctr1")]  # fmt: skip
+        undo += [f"-F {chain('ctr1')}", f"-X {chain('ctr1')}"]
+        assert world.fake.sent() == sent("nft ipv4", undo) + FLUSH
+    assert world.records() == []
+    assert world.run("DEL") == (0, None)
+    assert world.fake.sent() == ""
+    assert world.fake.dump() == left
+
+
+def test_del_without_any_state_succeeds_and_sends_nothing(world: World) -> None:
+    assert world.run("DEL") == (0, None)
+    assert world.fake.sent() == ""
+    assert world.fake.dump() == f"sysctl {ROUTE_LOCALNET} = 0\n"
+
+
+def test_del_of_one_attachment_keeps_the_others(world: World) -> None:
+    other = [{"hostPort": 9090, "containerPort": 90, "protocol": "tcp"}]
+    world.run("ADD", cid="ctr2", ip="10.88.0.6", mappings=other)
+    alone = world.fake.dump()
+    world.run("ADD")
+    world.fake.sent()
+    assert world.run("DEL") == (0, None)
+    assert world.fake.dump() == alone
+    if world.backend == "nftables":
+        assert world.fake.sent() == sent("nft", [
+            f"delete element {T} any4 {{ tcp . 8080, udp . 5353 }}",
+            f"delete element {T} claims4 {{ 0.0.0.0 . tcp . 8080, 0.0.0.0 . udp . 5353 }}",
+            f"delete element {T} hairpin4 {{ 10.88.0.0 . 10.88.0.5 }}",
+            f"delete element {T} masq4 {{ 10.88.0.5 }}",
+        ]) + FLUSH  # fmt: skip
+
+
+# ---------------------------------------------------------------------------- GC
+
+
+def test_gc_removes_the_attachments_that_are_not_valid(
+    world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    other = [{"hostPort": 9090, "containerPort": 90, "protocol": "tcp"}]
+    world.run("ADD")
+    world.run("ADD", cid="ctr2", ip="10.88.0.6", mappings=other)
+    world.fake.sent()
+    gc = {"cniVersion": "1.1.0", "name": NET, "type": "portmap", "backend": world.backend,
+          "cni.dev/valid-attachments": [{"containerID": "ctr2", "ifname": "eth0"}]}  # fmt: skip
+    assert world.kernel.run("portmap", "GC", gc, netns="") == (0, None)
+    assert world.records() == [f"{Attachment(NET, 'ctr2', 'eth0').tag}.json"]
+    swept = world.fake.dump()
+    assert world.fake.sent().endswith(FLUSH)
+    # the same as a host where only ctr2 was ever added
+    elsewhere = World(tmp_path / "elsewhere", monkeypatch, world.backend)
+    elsewhere.run("ADD", cid="ctr2", ip="10.88.0.6", mappings=other)
+    assert swept == elsewhere.fake.dump()
+    assert tag("ctr1") not in swept and tag("ctr2") in swept
+    assert world.kernel.run("portmap", "GC", gc, netns="") == (0, None)
+    assert world.fake.sent() == ""  # nothing left to sweep
