@@ -71,14 +71,17 @@ def write_conflist(
     dest_dir: Path,
     data_dir: Path,
     extra_plugins: tuple[dict[str, Any], ...] = (),
+    *,
+    source: Path = CONFLISTS,
     **overrides: Any,
 ) -> dict[str, Any]:
-    """Copy conflists/<name> to dest_dir with every on-disk state path inside data_dir.
+    """Copy <source>/<name> (conflists/ by default) to dest_dir with every on-disk state
+    path inside data_dir.
 
     host-local keeps leases in /var/lib/cni/networks and tuning its backups in
     /run/cni/tuning by default: tests must keep both in their tmp dir.
     """
-    raw: dict[str, Any] = json.loads((CONFLISTS / name).read_text())
+    raw: dict[str, Any] = json.loads((source / name).read_text())
     raw.update(overrides)
     raw["plugins"] = [*raw["plugins"], *extra_plugins]
     for plugin in raw["plugins"]:

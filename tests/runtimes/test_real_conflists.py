@@ -38,6 +38,7 @@ from tests.harness.runtimes import (
     kernel_snapshot,
     leftover_state,
     mount_jail,
+    write_conflist,
 )
 from tests.harness.traffic import echo_server, reaches
 from tests.runtimes.conftest import Uplink
@@ -89,16 +90,7 @@ def runtime_env(listname: str, cid: str) -> dict[str, str]:
 
 def install_list(listname: str, conf_dir: Path, data_dir: Path) -> dict[str, Any]:
     """conflists/real/<name> into conf_dir, with host-local's and tuning's state in data_dir."""
-    raw: dict[str, Any] = json.loads((REAL / listname).read_text())
-    for plugin in raw["plugins"]:
-        ipam = plugin.get("ipam")
-        if isinstance(ipam, dict) and ipam.get("type") == "host-local":
-            ipam["dataDir"] = str(data_dir / "host-local")
-        if plugin.get("type") == "tuning":
-            plugin["dataDir"] = str(data_dir / "tuning")
-    conf_dir.mkdir(parents=True, exist_ok=True)
-    (conf_dir / listname).write_text(json.dumps(raw, indent=2))
-    return raw
+    return write_conflist(listname, conf_dir, data_dir, source=REAL)
 
 
 class Tool:
