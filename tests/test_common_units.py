@@ -19,7 +19,7 @@ from common.errors import CniError
 from common.gc import AttachmentId, valid_attachments
 from common.jsonobj import JsonObject
 from common.state import AttachmentStore, StateDir
-from common.values import Value
+from common.values import OrderedValue, Value
 
 
 def code_of(fn, *args, **kw) -> int:  # type: ignore[no-untyped-def]
@@ -131,15 +131,10 @@ def test_state_files_are_private_and_atomic(tmp_path: Path) -> None:
 class Entry(Value):
     """A codec as small as one gets: the owner and one number."""
 
-    __slots__ = ("container_id", "ifname", "n", "network")
-
     network: str
     container_id: str
     ifname: str
-    n: int
-
-    def __init__(self, network: str, container_id: str, ifname: str, n: int = 0) -> None:
-        self.network, self.container_id, self.ifname, self.n = network, container_id, ifname, n
+    n: int = 0
 
     @staticmethod
     def file_name(network: str, container_id: str, ifname: str) -> str:
@@ -286,3 +281,34 @@ def test_chain_gc_says_what_is_wrong_with_a_valid_entry(
     assert run.returncode == 1
     assert run.stderr.startswith(f"cni-chain: --valid {valid!r}: ") and says in run.stderr
     assert "Traceback" not in run.stderr
+
+
+class Pair(OrderedValue):
+    name: str
+    rank: int = 0
+
+
+class Tagged(Pair):
+    tag: str = ""
+
+    def _fields(self) -> tuple[object, ...]:
+        return (self.name, self.rank)  # the tag is not part of the value
+
+
+def test_value_classes_get_slots_init_equality_and_order_from_their_fields() -> None:
+    assert vars(Pair)["__slots__"] == ("name", "rank") and vars(Tagged)["__slots__"] == ("tag",)
+    assert Pair("a") == Pair("a", 0) == Pair(rank=0, name="a") and Pair("a") != Pair("a", 1)
+    assert hash(Pair("a", 1)) == hash(Pair("a", 1))
+    assert sorted([Pair("b"), Pair("a", 2), Pair("a", 1)]) == [
+        Pair("a", 1),
+        Pair("a", 2),
+        Pair("b"),
+    ]
+    assert repr(Tagged("x", 1, "t")) == "Tagged(name='x', rank=1, tag='t')"
+    assert Tagged("x", 1, "t") == Tagged("x", 1, "u")
+    with pytest.raises(AttributeError):
+        Pair("a").other = 1  # type: ignore[attr-defined]
+    with pytest.raises(TypeError, match="missing field 'name'"):
+        Pair()  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="unknown fields"):
+        Pair("a", colour="red")  # type: ignore[call-arg]
