@@ -75,7 +75,7 @@ def delete(request: Request) -> None:
     if not store.has(request):
         return
     peek = store.load(request)  # read again under the lock; this only decides the import
-    if peek is not None and peek.has_link:
+    if peek is not None and not peek.empty:
         apply.preload_links()
     with store.lock():
         backup = store.load(request)
