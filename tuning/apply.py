@@ -14,7 +14,6 @@ from tuning.plan import LinkState, Plan, SysctlWrite
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from types import TracebackType
     from typing import Any
 
     from common.rtnl import RtnlSocket
@@ -33,9 +32,6 @@ _GONE_ERRNOS = frozenset({errno.ENOENT, errno.ENODEV})
 class UndoFailed(CniError):
     """ADD failed, and putting back what it had already changed failed too: the backup
     must outlive the ADD so that DEL can finish the undo."""
-
-
-# ---------------------------------------------------------------------------- sysctls
 
 
 def resolve_sysctl(path: str, root: str = PROC_SYS) -> str:
@@ -69,11 +65,6 @@ def _sysctl_error(what: str, e: OSError, ifname: str) -> CniError:
     return CniError(KERNEL_FAILURE, f"cannot access {what}", str(e))
 
 
-def read_sysctl(file: str) -> str:
-    with open(file, "rb") as f:
-        return f.read().decode("utf-8", "replace").rstrip("\n")
-
-
 def write_sysctl(file: str, value: str) -> None:
     # One write(2) for the whole value: a sysctl handler parses what a single write gives it.
     fd = os.open(file, os.O_WRONLY | os.O_CLOEXEC)
@@ -105,9 +96,6 @@ def read_sysctls(
                 continue
             raise _sysctl_error(f"sysctl {w.key} (/proc/sys/{w.path})", e, ifname) from None
     return out
-
-
-# ---------------------------------------------------------------------------- links
 
 
 class Observed(Value):
@@ -148,15 +136,13 @@ class ContainerNetns:
         self._inside.__enter__()
         return self
 
-    def __exit__(
-        self, kind: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, *exc: Any) -> None:
         try:
             if self._rtnl is not None:
                 self._rtnl.close()
                 self._rtnl = None
         finally:
-            self._inside.__exit__(kind, e, tb)
+            self._inside.__exit__(*exc)
 
     def open_rtnl(self) -> RtnlSocket:
         from common.rtnl import RtnlSocket
@@ -164,7 +150,8 @@ class ContainerNetns:
         return RtnlSocket(tc=False)
 
     def read_sysctl(self, file: str) -> str:
-        return read_sysctl(file)
+        with open(file, "rb") as f:
+            return f.read().decode("utf-8", "replace").rstrip("\n")
 
     def write_sysctl(self, file: str, value: str) -> None:
         write_sysctl(file, value)
@@ -299,9 +286,6 @@ def check_ipv6_survives(
             f"remove IPv6 from {ifname} with its address(es) {', '.join(addresses[:3])}",
             f"use an mtu of at least {IPV6_MIN_MTU} on an interface with IPv6 addresses",
         )
-
-
-# ---------------------------------------------------------------------------- the verbs' steps
 
 
 def observe(plan: Plan, ns: ContainerNetns) -> Observed:

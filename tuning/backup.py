@@ -83,12 +83,11 @@ class Backup(LinkSettings):
                 return None
             return value if isinstance(value, kind) else None
 
-        mtu = typed("mtu", int)
         tx_qlen = typed("txQLen", int)
         entries = typed("sysctls", list) or []
         return cls(
             mac=typed("mac", str) or None,
-            mtu=mtu if mtu else None,  # Go writes 0 for "not changed"
+            mtu=typed("mtu", int) or None,  # Go writes 0 for "not changed"
             promisc=typed("promisc", bool),
             allmulti=typed("allmulti", bool),
             tx_qlen=tx_qlen if tx_qlen is not None and tx_qlen >= 0 else None,
