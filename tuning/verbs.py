@@ -8,13 +8,7 @@ from __future__ import annotations
 
 import os
 
-from common.errors import (
-    CHECK_FAILED,
-    INVALID_NETNS,
-    KERNEL_FAILURE,
-    STATUS_UNAVAILABLE,
-    CniError,
-)
+from common.errors import CHECK_FAILED, INVALID_NETNS, KERNEL_FAILURE, STATUS_UNAVAILABLE, CniError
 from common.result import Result
 from common.skel import Request
 from tuning import allowlist, apply, config
