@@ -496,6 +496,7 @@ def test_backup_reads_go_files_and_round_trips() -> None:
     ours = Backup(mtu=1500, tx_qlen=0, sysctls=(("net/a/b", "1"),), network="n", ifname="eth0")
     assert Backup.from_json(json.loads(json.dumps(ours.to_json()))) == ours
     assert Backup.from_json({"mtu": "x", "sysctls": [1, {"path": 2}]}) == Backup()
+    assert Backup.from_json({"sysctls": 5}) == Backup()  # not a list: dropped, DEL goes on
 
 
 def test_gc_picks_only_this_networks_stale_files(tmp_path: Path) -> None:
