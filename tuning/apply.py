@@ -74,16 +74,14 @@ def write_sysctl(file: str, value: str) -> None:
         os.close(fd)
 
 
-def read_sysctls(
-    writes: tuple[SysctlWrite, ...], ifname: str, ns: ContainerNetns, *, missing_ok: bool
-) -> dict[str, str | None]:
+def read_sysctls(plan: Plan, ns: ContainerNetns, *, missing_ok: bool) -> dict[str, str | None]:
     """{path: live value} for every key, resolving (and so refusing) every path first.
 
     None is a sysctl that exists but cannot be read: write-only ones such as
     net.ipv4.route.flush (mode 0200), or net.ipv6.conf.*.stable_secret before it is set
     (EIO). There is no original to save for those, and nothing to compare.
     """
-    files = [(w, resolve_sysctl(w.path)) for w in writes]
+    files = [(w, resolve_sysctl(w.path)) for w in plan.sysctls]
     out: dict[str, str | None] = {}
     for w, file in files:
         try:
@@ -94,7 +92,7 @@ def read_sysctls(
             if e.errno in (errno.EACCES, errno.EPERM, errno.EIO):
                 out[w.path] = None
                 continue
-            raise _sysctl_error(f"sysctl {w.key} (/proc/sys/{w.path})", e, ifname) from None
+            raise _sysctl_error(f"sysctl {w.key} (/proc/sys/{w.path})", e, plan.ifname) from None
     return out
 
 
@@ -237,7 +235,7 @@ class ContainerNetns:
 
 
 def check_link_fits(ifname: str, want: LinkSettings, link: LinkState) -> None:
-    """Refuse an MTU the device cannot take before anything is changed."""
+    """Refuse a MAC or an MTU the device cannot take, before anything is changed."""
     if want.mac is not None and link.mac.replace("0", "").replace(":", "") == "":
         # loopback (00:00:00:00:00:00) and devices without a link-layer address: the
         # kernel may take a MAC for some of them but refuses the original back on DEL.
@@ -301,7 +299,7 @@ def observe(plan: Plan, ns: ContainerNetns) -> Observed:
             )
         check_link_fits(plan.ifname, plan.link, link)
         check_ipv6_survives(plan.ifname, plan.link, link, ns)
-    return Observed(link, read_sysctls(plan.sysctls, plan.ifname, ns, missing_ok=False))
+    return Observed(link, read_sysctls(plan, ns, missing_ok=False))
 
 
 def apply(plan: Plan, before: Observed, ns: ContainerNetns) -> None:

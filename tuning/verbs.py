@@ -102,7 +102,7 @@ def check(request: Request) -> None:
     if plan.empty:
         return
     with apply.ContainerNetns(request.netns) as ns:
-        live = apply.read_sysctls(plan.sysctls, plan.ifname, ns, missing_ok=True)
+        live = apply.read_sysctls(plan, ns, missing_ok=True)
         problems = sysctl_differences(plan, live)
         if not plan.link.empty:
             link = ns.link(plan.ifname)
