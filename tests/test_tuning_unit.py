@@ -481,7 +481,7 @@ def test_second_add_keeps_the_first_originals() -> None:
     second = originals(make_plan(conf2, "eth0"), changed, {"net/a/b": "1", "net/c/d": "4"})
     merged = second.keeping_older(first)
     assert merged.mtu == 1500 and merged.mac == LIVE.mac
-    assert merged.sysctls == [("net/a/b", "0"), ("net/c/d", "4")]
+    assert merged.sysctls == (("net/a/b", "0"), ("net/c/d", "4"))
 
 
 def test_backup_reads_go_files_and_round_trips() -> None:
@@ -491,11 +491,12 @@ def test_backup_reads_go_files_and_round_trips() -> None:
         False,
         1500,
         None,
-        [],
+        (),
     )
-    ours = Backup(mtu=1500, tx_qlen=0, sysctls=[("net/a/b", "1")], network="n", ifname="eth0")
+    ours = Backup(mtu=1500, tx_qlen=0, sysctls=(("net/a/b", "1"),), network="n", ifname="eth0")
     assert Backup.from_json(json.loads(json.dumps(ours.to_json()))) == ours
     assert Backup.from_json({"mtu": "x", "sysctls": [1, {"path": 2}]}) == Backup()
+    assert Backup.from_json({"sysctls": 5}) == Backup()  # not a list: dropped, DEL goes on
 
 
 def test_gc_picks_only_this_networks_stale_files(tmp_path: Path) -> None:

@@ -1,17 +1,12 @@
 """The administrator's sysctl allowlist: which keys a config (or a pod's args) may set.
 
-One regular expression per line, matched against the key as written in the config (with
-the literal ``IFNAME``). Go's tuning accepts a key when the pattern matches anywhere in it
-(regexp.MatchString), so there ``net\\.core\\.somaxconn`` also allows
-``net.core.somaxconn_evil``. Here a match must cover whole parts of the key: it starts at
-the start of the key or right after a separator, and ends at the end of the key, right
-before a separator, or with a separator it matched (the separator is ``/`` in a key that
-contains one, else ``.``, as for sysctl(8)). So the prefix patterns
-written for Go (``^net\\.ipv4\\.conf\\.`` allows ``net.ipv4.conf.eth0.rp_filter``) and
-whole keys (``^net\\.core\\.somaxconn$``) mean what they meant, while a name that only
-begins with an allowed one is refused. Empty lines and lines starting with ``#`` are
-skipped. A missing file allows every key, as upstream; an unreadable one is an error
-rather than "allow all".
+One regular expression per line, matched against the key as written (with the literal
+``IFNAME``). Go's tuning accepts a key when the pattern matches anywhere in it, so there
+``net\\.core\\.somaxconn`` also allows ``net.core.somaxconn_evil``; here a match must
+cover whole parts of the key, so that a name that only begins with an allowed one is
+refused while Go's prefix patterns keep allowing their subtree (docs/tuning.md has the
+rules and examples). A missing file allows every key, as upstream; an unreadable one is
+an error rather than "allow all".
 """
 
 from __future__ import annotations
@@ -30,24 +25,10 @@ _WRAP = r"(?:\A|(?<={sep}))(?:{body})(?:\Z|(?<={sep})|(?={sep}))"
 
 
 class Allowlist(Value):
-    __slots__ = ("dotted", "lines", "path", "slashed")
-
     path: str
     lines: tuple[str, ...]  # as written, for messages
     dotted: tuple[re.Pattern[str], ...]  # each line within part boundaries of dotted keys
     slashed: tuple[re.Pattern[str], ...]  # ... and of keys written with "/"
-
-    def __init__(
-        self,
-        path: str,
-        lines: tuple[str, ...],
-        dotted: tuple[re.Pattern[str], ...],
-        slashed: tuple[re.Pattern[str], ...],
-    ) -> None:
-        self.path = path
-        self.lines = lines
-        self.dotted = dotted
-        self.slashed = slashed
 
     def permits(self, key: str) -> bool:
         return any(p.search(key) for p in (self.slashed if "/" in key else self.dotted))

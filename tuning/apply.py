@@ -1,12 +1,4 @@
-"""The only part of tuning that talks to the kernel, all of it through `ContainerNetns`,
-the container's namespace entered for a with-block:
-
-* sysctls are files under /proc/sys/net, and which namespace's settings a file shows is
-  decided by the namespace of the thread that *opens* it, so they must be opened inside;
-* links go through pyroute2's message classes on common.rtnl's socket, loaded only when a
-  link attribute is set, the socket opened inside the block (so it is bound to the
-  container's namespace; cheaper than IPRoute(netns=...), which forks a helper).
-"""
+"""The only part of tuning that talks to the kernel, all of it through `ContainerNetns`."""
 
 from __future__ import annotations
 
@@ -22,7 +14,6 @@ from tuning.plan import LinkState, Plan, SysctlWrite
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from types import TracebackType
     from typing import Any
 
     from common.rtnl import RtnlSocket
@@ -41,9 +32,6 @@ _GONE_ERRNOS = frozenset({errno.ENOENT, errno.ENODEV})
 class UndoFailed(CniError):
     """ADD failed, and putting back what it had already changed failed too: the backup
     must outlive the ADD so that DEL can finish the undo."""
-
-
-# ---------------------------------------------------------------------------- sysctls
 
 
 def resolve_sysctl(path: str, root: str = PROC_SYS) -> str:
@@ -77,11 +65,6 @@ def _sysctl_error(what: str, e: OSError, ifname: str) -> CniError:
     return CniError(KERNEL_FAILURE, f"cannot access {what}", str(e))
 
 
-def read_sysctl(file: str) -> str:
-    with open(file, "rb") as f:
-        return f.read().decode("utf-8", "replace").rstrip("\n")
-
-
 def write_sysctl(file: str, value: str) -> None:
     # One write(2) for the whole value: a sysctl handler parses what a single write gives it.
     fd = os.open(file, os.O_WRONLY | os.O_CLOEXEC)
@@ -91,16 +74,14 @@ def write_sysctl(file: str, value: str) -> None:
         os.close(fd)
 
 
-def read_sysctls(
-    writes: tuple[SysctlWrite, ...], ifname: str, ns: ContainerNetns, *, missing_ok: bool
-) -> dict[str, str | None]:
+def read_sysctls(plan: Plan, ns: ContainerNetns, *, missing_ok: bool) -> dict[str, str | None]:
     """{path: live value} for every key, resolving (and so refusing) every path first.
 
     None is a sysctl that exists but cannot be read: write-only ones such as
     net.ipv4.route.flush (mode 0200), or net.ipv6.conf.*.stable_secret before it is set
     (EIO). There is no original to save for those, and nothing to compare.
     """
-    files = [(w, resolve_sysctl(w.path)) for w in writes]
+    files = [(w, resolve_sysctl(w.path)) for w in plan.sysctls]
     out: dict[str, str | None] = {}
     for w, file in files:
         try:
@@ -111,24 +92,15 @@ def read_sysctls(
             if e.errno in (errno.EACCES, errno.EPERM, errno.EIO):
                 out[w.path] = None
                 continue
-            raise _sysctl_error(f"sysctl {w.key} (/proc/sys/{w.path})", e, ifname) from None
+            raise _sysctl_error(f"sysctl {w.key} (/proc/sys/{w.path})", e, plan.ifname) from None
     return out
-
-
-# ---------------------------------------------------------------------------- links
 
 
 class Observed(Value):
     """The live state of what a plan changes, read before changing anything."""
 
-    __slots__ = ("link", "sysctls")
-
     link: LinkState | None
     sysctls: dict[str, str | None]
-
-    def __init__(self, link: LinkState | None, sysctls: dict[str, str | None]) -> None:
-        self.link = link
-        self.sysctls = sysctls
 
 
 def preload_links() -> None:
@@ -142,9 +114,10 @@ def preload_links() -> None:
 
 class ContainerNetns:
     """The container's network namespace, entered for a with-block: everything tuning asks
-    of the kernel. Links go over rtnetlink (pyroute2's `ifinfmsg` on common.rtnl's small
-    blocking socket rather than through IPRoute, whose import alone costs ~100 ms; opened
-    on first use), sysctls and the IPv6 address list are files under /proc.
+    of the kernel. Sysctls and the IPv6 address list are files under /proc, opened inside
+    (which namespace a /proc/sys file shows is decided by the thread that opens it). Links
+    go over rtnetlink: pyroute2's `ifinfmsg` on common.rtnl's small blocking socket, opened
+    inside on first use (IPRoute's import alone costs ~100 ms, and IPRoute(netns=...) forks).
 
     The kernel seam: `open_rtnl`, `read_sysctl`, `write_sysctl`, `if_inet6` and entering
     are all that reach the kernel; unit tests use a subclass whose socket and files are a
@@ -161,15 +134,13 @@ class ContainerNetns:
         self._inside.__enter__()
         return self
 
-    def __exit__(
-        self, kind: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, *exc: Any) -> None:
         try:
             if self._rtnl is not None:
                 self._rtnl.close()
                 self._rtnl = None
         finally:
-            self._inside.__exit__(kind, e, tb)
+            self._inside.__exit__(*exc)
 
     def open_rtnl(self) -> RtnlSocket:
         from common.rtnl import RtnlSocket
@@ -177,7 +148,8 @@ class ContainerNetns:
         return RtnlSocket(tc=False)
 
     def read_sysctl(self, file: str) -> str:
-        return read_sysctl(file)
+        with open(file, "rb") as f:
+            return f.read().decode("utf-8", "replace").rstrip("\n")
 
     def write_sysctl(self, file: str, value: str) -> None:
         write_sysctl(file, value)
@@ -227,35 +199,33 @@ class ContainerNetns:
         interface that no longer exists is not an error (restoring: nothing to restore)."""
         from common.rtnl import RTM_NEWLINK, NetlinkError
 
-        attrs: list[list[Any]] = []
-        if want.mac is not None:
-            attrs.append(["IFLA_ADDRESS", want.mac])
-        if want.mtu is not None:
-            attrs.append(["IFLA_MTU", want.mtu])
-        if want.tx_qlen is not None:
-            attrs.append(["IFLA_TXQLEN", want.tx_qlen])
+        wanted = (
+            ("IFLA_ADDRESS", "address", want.mac),
+            ("IFLA_MTU", "mtu", want.mtu),
+            ("IFLA_TXQLEN", "txqlen", want.tx_qlen),
+        )
+        attrs = [[nla, value] for nla, _, value in wanted if value is not None]
+        names = [name for _, name, value in wanted if value is not None]
         flags = change = 0
-        for wanted, bit in ((want.promisc, IFF_PROMISC), (want.allmulti, IFF_ALLMULTI)):
-            if wanted is not None:
+        for on, bit in ((want.promisc, IFF_PROMISC), (want.allmulti, IFF_ALLMULTI)):
+            if on is not None:
                 change |= bit
-                flags |= bit if wanted else 0
-        if not attrs and not change:
+                flags |= bit if on else 0
+        if change:
+            names.append("flags")
+        if not names:
             return
         rtnl = self._socket()
         msg = rtnl.modules.ifinfmsg()
         msg["index"], msg["flags"], msg["change"] = index, flags, change
         msg["attrs"] = attrs
-        names = sorted(
-            [{"IFLA_ADDRESS": "address", "IFLA_MTU": "mtu", "IFLA_TXQLEN": "txqlen"}[a[0]]
-             for a in attrs] + (["flags"] if change else [])
-        )  # fmt: skip
         try:
             rtnl.request(msg, RTM_NEWLINK)
         except NetlinkError as e:
             code = e.errno or 0
             if gone_ok and code == errno.ENODEV:
                 return
-            what = f"the kernel refused to set {', '.join(names)} on {ifname}"
+            what = f"the kernel refused to set {', '.join(sorted(names))} on {ifname}"
             if code in _CONFIG_ERRNOS:
                 hint = os.strerror(code)
                 if want.mtu is not None and code == errno.EINVAL:
@@ -265,7 +235,7 @@ class ContainerNetns:
 
 
 def check_link_fits(ifname: str, want: LinkSettings, link: LinkState) -> None:
-    """Refuse an MTU the device cannot take before anything is changed."""
+    """Refuse a MAC or an MTU the device cannot take, before anything is changed."""
     if want.mac is not None and link.mac.replace("0", "").replace(":", "") == "":
         # loopback (00:00:00:00:00:00) and devices without a link-layer address: the
         # kernel may take a MAC for some of them but refuses the original back on DEL.
@@ -284,20 +254,6 @@ def check_link_fits(ifname: str, want: LinkSettings, link: LinkState) -> None:
 IPV6_MIN_MTU = 1280
 
 
-def ipv6_addresses(ifname: str, ns: ContainerNetns) -> list[str]:
-    """The interface's IPv6 addresses other than link-local and loopback ones."""
-    try:
-        lines = ns.if_inet6().splitlines()
-    except OSError:
-        return []  # no IPv6 in this kernel
-    out = []
-    for line in lines:
-        fields = line.split()
-        if len(fields) == 6 and fields[5] == ifname and int(fields[3], 16) not in (0x10, 0x20):
-            out.append(":".join(fields[0][i : i + 4] for i in range(0, 32, 4)))
-    return out
-
-
 def check_ipv6_survives(
     ifname: str, want: LinkSettings, link: LinkState, ns: ContainerNetns
 ) -> None:
@@ -309,19 +265,25 @@ def check_ipv6_survives(
     """
     if want.mtu is None or want.mtu >= IPV6_MIN_MTU or link.mtu < IPV6_MIN_MTU:
         return
-    addresses = ipv6_addresses(ifname, ns)
+    try:
+        lines = ns.if_inet6().splitlines()
+    except OSError:
+        return  # no IPv6 in this kernel
+    # Its addresses other than link-local (scope 0x20) and loopback (0x10) ones.
+    addresses = [
+        fields[0]
+        for fields in map(str.split, lines)
+        if len(fields) == 6 and fields[5] == ifname and int(fields[3], 16) not in (0x10, 0x20)
+    ]
     if addresses:
         import ipaddress
 
-        addresses = [ipaddress.IPv6Address(a).compressed for a in addresses]
+        addresses = [ipaddress.IPv6Address(int(a, 16)).compressed for a in addresses]
         raise invalid_config(
             f"mtu {want.mtu} is below {IPV6_MIN_MTU}, the IPv6 minimum: the kernel would "
             f"remove IPv6 from {ifname} with its address(es) {', '.join(addresses[:3])}",
             f"use an mtu of at least {IPV6_MIN_MTU} on an interface with IPv6 addresses",
         )
-
-
-# ---------------------------------------------------------------------------- the verbs' steps
 
 
 def observe(plan: Plan, ns: ContainerNetns) -> Observed:
@@ -337,7 +299,7 @@ def observe(plan: Plan, ns: ContainerNetns) -> Observed:
             )
         check_link_fits(plan.ifname, plan.link, link)
         check_ipv6_survives(plan.ifname, plan.link, link, ns)
-    return Observed(link, read_sysctls(plan.sysctls, plan.ifname, ns, missing_ok=False))
+    return Observed(link, read_sysctls(plan, ns, missing_ok=False))
 
 
 def apply(plan: Plan, before: Observed, ns: ContainerNetns) -> None:
@@ -374,18 +336,11 @@ def restore(backup: Backup, ifname: str, ns: ContainerNetns) -> list[str]:
         except (OSError, CniError) as e:
             if not (isinstance(e, OSError) and e.errno in _GONE_ERRNOS):
                 failures.append(f"sysctl {path.replace('/', '.')}: {e}")
-    if backup.has_link:
-        original = LinkSettings(
-            mac=backup.mac,
-            mtu=backup.mtu,
-            promisc=backup.promisc,
-            allmulti=backup.allmulti,
-            tx_qlen=backup.tx_qlen,
-        )
+    if not backup.empty:  # link attributes to put back
         try:
             link = ns.link(ifname)
             if link is not None:
-                ns.change_link(ifname, link.index, original, gone_ok=True)
+                ns.change_link(ifname, link.index, backup, gone_ok=True)
         except CniError as e:
             failures.append(str(e))
     return failures

@@ -1,14 +1,8 @@
 """The tuning configuration: parse, merge the four sources, validate. Pure (no kernel).
 
-Sources, lowest to highest precedence (as in Go's tuning):
-
-* the config's own keys: ``sysctl``, ``mac``, ``mtu``, ``promisc``, ``allmulti``, ``txQLen``;
-* ``CNI_ARGS`` ``MAC=`` (podman's ``--mac-address``);
-* ``runtimeConfig.mac`` (the ``mac`` capability);
-* ``args.cni`` (``mac``, ``sysctl``, ``mtu``, ``promisc``, ``allmulti``, ``txQLen``).
-
-Everything a user can get wrong is refused here with error 7 saying what to fix, before
-the container's namespace is touched.
+The sources and their precedence (as in Go's tuning) are in docs/tuning.md. Everything a
+user can get wrong is refused here with error 7 saying what to fix, before the
+container's namespace is touched.
 """
 
 from __future__ import annotations
@@ -41,89 +35,50 @@ MAC_EXAMPLE = "six hex bytes like 02:42:ac:11:00:02"
 
 
 class Sysctl(Value):
-    __slots__ = ("components", "key", "value")
-
     key: str  # exactly as written, for messages and the allowlist
     components: tuple[str, ...]  # of its path below /proc/sys; "IFNAME" still a placeholder
     value: str
 
-    def __init__(self, key: str, components: tuple[str, ...], value: str) -> None:
-        self.key = key
-        self.components = components
-        self.value = value
+
+LINK_FIELDS = ("mac", "mtu", "promisc", "allmulti", "tx_qlen")
 
 
 class LinkSettings(Value):
     """Interface attributes to set; None means "leave it alone"."""
 
-    __slots__ = ("allmulti", "mac", "mtu", "promisc", "tx_qlen")
-
-    mac: str | None  # normalised: lower case, colon separated
-    mtu: int | None
-    promisc: bool | None
-    allmulti: bool | None
-    tx_qlen: int | None
-
-    def __init__(
-        self,
-        mac: str | None = None,
-        mtu: int | None = None,
-        promisc: bool | None = None,
-        allmulti: bool | None = None,
-        tx_qlen: int | None = None,
-    ) -> None:
-        self.mac = mac
-        self.mtu = mtu
-        self.promisc = promisc
-        self.allmulti = allmulti
-        self.tx_qlen = tx_qlen
+    mac: str | None = None  # normalised: lower case, colon separated
+    mtu: int | None = None
+    promisc: bool | None = None
+    allmulti: bool | None = None
+    tx_qlen: int | None = None
 
     @property
     def empty(self) -> bool:
-        return all(
-            v is None for v in (self.mac, self.mtu, self.promisc, self.allmulti, self.tx_qlen)
-        )
+        """No link attribute is given (the sysctls of a Backup do not count)."""
+        return all(getattr(self, name) is None for name in LINK_FIELDS)
 
 
 class TuningConf(Value):
-    __slots__ = ("allowlist_path", "data_dir", "link", "sysctls")
-
     sysctls: tuple[Sysctl, ...]
     link: LinkSettings
     data_dir: str
     allowlist_path: str
 
-    def __init__(
-        self, sysctls: tuple[Sysctl, ...], link: LinkSettings, data_dir: str, allowlist_path: str
-    ) -> None:
-        self.sysctls = sysctls
-        self.link = link
-        self.data_dir = data_dir
-        self.allowlist_path = allowlist_path
 
+def parse_mac(text: str, source: str) -> str:
+    """A unicast, non-zero Ethernet address, normalised to aa:bb:cc:dd:ee:ff.
 
-# ---------------------------------------------------------------------------- MAC addresses
-
-
-def _mac_octets(text: str) -> list[int] | None:
-    """The six bytes of aa:bb:cc:dd:ee:ff, aa-bb-cc-dd-ee-ff or aabb.ccdd.eeff (the forms
-    Go's net.ParseMAC reads for 48-bit addresses), or None."""
+    Read in the forms Go's net.ParseMAC reads for 48-bit addresses: aa:bb:cc:dd:ee:ff,
+    aa-bb-cc-dd-ee-ff or aabb.ccdd.eeff.
+    """
+    groups: list[str] = []
     if len(text) == 17 and text[2] in ":-":
         groups = text.split(text[2])
     elif len(text) == 14 and text[4] == "." and text[9] == ".":
         groups = [g[i : i + 2] for g in text.split(".") for i in (0, 2)]
-    else:
-        return None
     if len(groups) != 6 or any(len(g) != 2 or not set(g) <= _HEX_DIGITS for g in groups):
-        return None
-    return [int(g, 16) for g in groups]
-
-
-def parse_mac(text: str, source: str) -> str:
-    """A unicast, non-zero Ethernet address, normalised to aa:bb:cc:dd:ee:ff."""
-    octets = _mac_octets(text)
-    if octets is None:
         raise invalid_config(f"{source}: {text[:40]!r} is not a MAC address", f"use {MAC_EXAMPLE}")
+    octets = [int(g, 16) for g in groups]
     if not any(octets):
         raise invalid_config(
             f"{source}: {text} is the all-zero MAC address", f"use a real one: {MAC_EXAMPLE}"
@@ -137,15 +92,11 @@ def parse_mac(text: str, source: str) -> str:
     return ":".join(f"{o:02x}" for o in octets)
 
 
-# ---------------------------------------------------------------------------- sysctl keys
-
-
 def parse_sysctl_key(key: str, where: str) -> tuple[str, ...]:
     """Split a key into /proc/sys path components, refusing anything that could leave net/.
 
-    Keys are dotted (net.ipv4.conf.IFNAME.rp_filter). As with sysctl(8), a key containing
-    '/' uses '/' as the separator and keeps dots literal (net/ipv4/conf/eth0.100/rp_filter),
-    which is how an interface name with a dot is spelled; IFNAME is substituted as a whole
+    As with sysctl(8), a key containing '/' uses '/' as the separator and keeps dots
+    literal (net/ipv4/conf/eth0.100/rp_filter); IFNAME is substituted as a whole
     component after splitting, so CNI_IFNAME=eth0.100 works in the dotted form too.
     """
     fix = "write a key relative to /proc/sys that starts with 'net.', like net.core.somaxconn"
@@ -156,9 +107,8 @@ def parse_sysctl_key(key: str, where: str) -> tuple[str, ...]:
     if key.startswith("/"):
         raise invalid_config(f"{where} key {key[:80]!r} is an absolute path", fix)
     components = tuple(key.split("/" if "/" in key else "."))
-    for c in components:
-        if c in ("", ".", ".."):
-            raise invalid_config(f"{where} key {key[:80]!r} has an empty, '.' or '..' part", fix)
+    if any(c in ("", ".", "..") for c in components):
+        raise invalid_config(f"{where} key {key[:80]!r} has an empty, '.' or '..' part", fix)
     if components[0] != "net" or len(components) < 2:
         raise invalid_config(
             f"{where} key {key[:80]!r} is not a network sysctl",
@@ -192,9 +142,8 @@ def _sysctl_map(obj: JsonObject | None, duplicates: list[str]) -> dict[tuple[str
         )
     out: dict[tuple[str, ...], Sysctl] = {}
     for key, raw_value in obj.raw.items():
-        where = f"{obj.where}[{key!r}]"
         components = parse_sysctl_key(key, obj.where)
-        value = _sysctl_value(raw_value, where)
+        value = _sysctl_value(raw_value, f"{obj.where}[{key!r}]")
         earlier = out.get(components)
         if earlier is not None:
             raise invalid_config(
@@ -203,9 +152,6 @@ def _sysctl_map(obj: JsonObject | None, duplicates: list[str]) -> dict[tuple[str
             )
         out[components] = Sysctl(key, components, value)
     return out
-
-
-# ---------------------------------------------------------------------------- duplicates
 
 
 class _PairsDict(dict[str, "Any"]):  # a string: `typing` is not imported at run time
@@ -251,9 +197,6 @@ def duplicated_sysctl_keys(stdin: bytes) -> dict[str, list[str]]:
     }
 
 
-# ---------------------------------------------------------------------------- the whole config
-
-
 def _mtu(obj: JsonObject) -> int | None:
     value = obj.integer("mtu")
     if value is None or value == 0:  # Go's tuning: 0 means "not set"
@@ -267,21 +210,23 @@ def _mtu(obj: JsonObject) -> int | None:
 
 def _tx_qlen(obj: JsonObject) -> int | None:
     value = obj.integer("txQLen")
-    if value is not None and value < 0:
+    if value is None:
+        return None
+    if value < 0:
         raise invalid_config(
             f"{obj.path('txQLen')} is {value}: a transmit queue length cannot be negative",
             "use 0 or more (1000 is the usual Ethernet default)",
         )
-    if value is not None and value > TXQLEN_MAX:
+    if value > TXQLEN_MAX:
         raise invalid_config(f"{obj.path('txQLen')} is {value}: at most {TXQLEN_MAX}")
-    return None if value is None else int(value)
+    return int(value)
 
 
 def _mac(conf: NetConf, cni_args: Mapping[str, str]) -> str | None:
     """The effective MAC: the highest-precedence source that gives a non-empty one."""
     lowest_first = (
         ("mac", conf.body.string("mac", "")),
-        ("CNI_ARGS MAC", _cni_args_mac(cni_args)),
+        ("CNI_ARGS MAC", next((v for k, v in cni_args.items() if k.upper() == "MAC"), "")),
         ("runtimeConfig.mac", conf.runtime_config.string("mac", "")),
         ("args.cni.mac", conf.cni_args_object.string("mac", "")),
     )
@@ -291,19 +236,8 @@ def _mac(conf: NetConf, cni_args: Mapping[str, str]) -> str | None:
     return None
 
 
-def _cni_args_mac(cni_args: Mapping[str, str]) -> str:
-    for key, value in cni_args.items():
-        if key.upper() == "MAC":
-            return value
-    return ""
-
-
-def default_data_dir(environ: Mapping[str, str]) -> str:
-    return plugin_dir("tuning", environ, DEFAULT_DATA_DIR)
-
-
 def parse_data_dir(conf: NetConf, environ: Mapping[str, str]) -> str:
-    data_dir = conf.body.string("dataDir", "") or default_data_dir(environ)
+    data_dir = conf.body.string("dataDir", "") or plugin_dir("tuning", environ, DEFAULT_DATA_DIR)
     if not os.path.isabs(data_dir) or "\0" in data_dir:
         raise invalid_config(
             f"dataDir {data_dir[:120]!r} is not an absolute path", "use e.g. /run/cni/tuning"

@@ -17,29 +17,15 @@ IFNAME = "IFNAME"  # the placeholder a key uses for CNI_IFNAME
 
 
 class SysctlWrite(Value):
-    __slots__ = ("key", "path", "value")
-
     key: str  # as configured, e.g. net.ipv4.conf.IFNAME.accept_redirects
     path: str  # relative to /proc/sys, e.g. net/ipv4/conf/eth0/accept_redirects
     value: str
 
-    def __init__(self, key: str, path: str, value: str) -> None:
-        self.key = key
-        self.path = path
-        self.value = value
-
 
 class Plan(Value):
-    __slots__ = ("ifname", "link", "sysctls")
-
     ifname: str
     sysctls: tuple[SysctlWrite, ...]
     link: LinkSettings
-
-    def __init__(self, ifname: str, sysctls: tuple[SysctlWrite, ...], link: LinkSettings) -> None:
-        self.ifname = ifname
-        self.sysctls = sysctls
-        self.link = link
 
     @property
     def empty(self) -> bool:
@@ -49,68 +35,39 @@ class Plan(Value):
 class LinkState(Value):
     """The attributes of the container interface that tuning can change, as observed."""
 
-    __slots__ = ("allmulti", "index", "mac", "max_mtu", "min_mtu", "mtu", "promisc", "tx_qlen")
-
     index: int
     mac: str
     mtu: int
     promisc: bool
     allmulti: bool
     tx_qlen: int
-    min_mtu: int | None
-    max_mtu: int | None
-
-    def __init__(
-        self,
-        index: int,
-        mac: str,
-        mtu: int,
-        promisc: bool,
-        allmulti: bool,
-        tx_qlen: int,
-        min_mtu: int | None = None,
-        max_mtu: int | None = None,
-    ) -> None:
-        self.index = index
-        self.mac = mac
-        self.mtu = mtu
-        self.promisc = promisc
-        self.allmulti = allmulti
-        self.tx_qlen = tx_qlen
-        self.min_mtu = min_mtu
-        self.max_mtu = max_mtu
-
-
-def sysctl_path(components: tuple[str, ...], ifname: str) -> str:
-    """The path below /proc/sys; CNI_IFNAME replaces whole IFNAME components only."""
-    return "/".join(ifname if c == IFNAME else c for c in components)
+    min_mtu: int | None = None
+    max_mtu: int | None = None
 
 
 def make_plan(conf: TuningConf, ifname: str) -> Plan:
+    # CNI_IFNAME replaces whole IFNAME components only
     writes = tuple(
-        SysctlWrite(s.key, sysctl_path(s.components, ifname), s.value) for s in conf.sysctls
+        SysctlWrite(s.key, "/".join(ifname if c == IFNAME else c for c in s.components), s.value)
+        for s in conf.sysctls
     )
     return Plan(ifname, writes, conf.link)
 
 
-# ---------------------------------------------------------------------------- CHECK
+def _as_printed(sysctl: str) -> list[int | str]:
+    """A sysctl value as the kernel prints it: multi-value sysctls come back tab separated
+    (ip_local_port_range "32768\\t60999"), and integers in their canonical form."""
+    out: list[int | str] = []
+    for field in sysctl.split():
+        try:
+            out.append(int(field))
+        except ValueError:
+            out.append(field)
+    return out
 
 
 def same_sysctl_value(wanted: str, live: str) -> bool:
-    """Compare as the kernel prints: multi-value sysctls come back tab separated
-    (ip_local_port_range "32768\\t60999"), and integers in their canonical form."""
-    want_fields, live_fields = wanted.split(), live.split()
-    if len(want_fields) != len(live_fields):
-        return False
-    for w, v in zip(want_fields, live_fields, strict=True):
-        if w == v:
-            continue
-        try:
-            if int(w) != int(v):
-                return False
-        except ValueError:
-            return False
-    return True
+    return _as_printed(wanted) == _as_printed(live)
 
 
 def sysctl_differences(plan: Plan, live: Mapping[str, str | None]) -> list[str]:
@@ -144,9 +101,6 @@ def link_differences(ifname: str, want: LinkSettings, live: LinkState) -> list[s
 
 def _on(flag: bool | None) -> str | None:
     return None if flag is None else ("on" if flag else "off")
-
-
-# ---------------------------------------------------------------------------- report
 
 
 def report(prev: Result | None, plan: Plan) -> Result:

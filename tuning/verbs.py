@@ -8,13 +8,7 @@ from __future__ import annotations
 
 import os
 
-from common.errors import (
-    CHECK_FAILED,
-    INVALID_NETNS,
-    KERNEL_FAILURE,
-    STATUS_UNAVAILABLE,
-    CniError,
-)
+from common.errors import CHECK_FAILED, INVALID_NETNS, KERNEL_FAILURE, STATUS_UNAVAILABLE, CniError
 from common.result import Result
 from common.skel import Request
 from tuning import allowlist, apply, config
@@ -75,7 +69,7 @@ def delete(request: Request) -> None:
     if not store.has(request):
         return
     peek = store.load(request)  # read again under the lock; this only decides the import
-    if peek is not None and peek.has_link:
+    if peek is not None and not peek.empty:
         apply.preload_links()
     with store.lock():
         backup = store.load(request)
@@ -108,7 +102,7 @@ def check(request: Request) -> None:
     if plan.empty:
         return
     with apply.ContainerNetns(request.netns) as ns:
-        live = apply.read_sysctls(plan.sysctls, plan.ifname, ns, missing_ok=True)
+        live = apply.read_sysctls(plan, ns, missing_ok=True)
         problems = sysctl_differences(plan, live)
         if not plan.link.empty:
             link = ns.link(plan.ifname)
