@@ -71,14 +71,8 @@ def alias_owner(alias: str, network: str) -> tuple[str, str] | None:
 
 
 class Placement(Value):
-    __slots__ = ("device", "mode")
-
     mode: str  # HOST or CONTAINER
     device: Link  # the host veth, or the container interface
-
-    def __init__(self, mode: str, device: Link) -> None:
-        self.mode = mode
-        self.device = device
 
 
 def locate(container_if: Link, peer: Link | None, prev: Result, ifname: str) -> Placement:
@@ -104,18 +98,10 @@ def locate(container_if: Link, peer: Link | None, prev: Result, ifname: str) -> 
 
 
 class IfbPlan(Value):
-    __slots__ = ("alias", "mtu", "name", "tbf")
-
     name: str
     mtu: int
     alias: str
     tbf: Tbf
-
-    def __init__(self, name: str, mtu: int, alias: str, tbf: Tbf) -> None:
-        self.name = name
-        self.mtu = mtu
-        self.alias = alias
-        self.tbf = tbf
 
 
 class Plan(Value):
@@ -123,27 +109,11 @@ class Plan(Value):
     shapes traffic arriving at it. On the host veth, leaving = container ingress; on the
     container interface, leaving = container egress."""
 
-    __slots__ = ("device", "device_tbf", "ifb", "mode", "notes")
-
     mode: str
     device: str
-    device_tbf: Tbf | None
-    ifb: IfbPlan | None
-    notes: tuple[str, ...]  # for the log: bursts that had to be clamped
-
-    def __init__(
-        self,
-        mode: str,
-        device: str,
-        device_tbf: Tbf | None = None,
-        ifb: IfbPlan | None = None,
-        notes: tuple[str, ...] = (),
-    ) -> None:
-        self.mode = mode
-        self.device = device
-        self.device_tbf = device_tbf
-        self.ifb = ifb
-        self.notes = notes
+    device_tbf: Tbf | None = None
+    ifb: IfbPlan | None = None
+    notes: tuple[str, ...] = ()  # for the log: bursts that had to be clamped
 
     @property
     def empty(self) -> bool:
@@ -186,93 +156,51 @@ def build(
 # ---------------------------------------------------------------------------- actions
 
 
-class CreateIfb(Value):
-    __slots__ = ("alias", "mtu", "name")
-
+class _IfbSettings(Value):
     name: str
     mtu: int
     alias: str
 
-    def __init__(self, name: str, mtu: int, alias: str) -> None:
-        self.name = name
-        self.mtu = mtu
-        self.alias = alias
+
+class CreateIfb(_IfbSettings):
+    """Make the ifb, set its alias (the kernel ignores one given at creation), bring it up."""
 
 
-class UpdateIfb(Value):
-    __slots__ = ("alias", "mtu", "name")
-
-    name: str
-    mtu: int
-    alias: str
-
-    def __init__(self, name: str, mtu: int, alias: str) -> None:
-        self.name = name
-        self.mtu = mtu
-        self.alias = alias
+class UpdateIfb(_IfbSettings):
+    """Set the MTU and alias of an existing ifb, and bring it up."""
 
 
 class DeleteIfb(Value):
-    __slots__ = ("name",)
-
     name: str
-
-    def __init__(self, name: str) -> None:
-        self.name = name
 
 
 class SetTbf(Value):
-    __slots__ = ("ifb", "tbf")
-
     ifb: str  # the ifb to put it on; "" for the shaped device
     tbf: Tbf
 
-    def __init__(self, ifb: str, tbf: Tbf) -> None:
-        self.ifb = ifb
-        self.tbf = tbf
-
 
 class DeleteRootQdisc(Value):
-    __slots__ = ("kind",)
-
     kind: str
-
-    def __init__(self, kind: str) -> None:
-        self.kind = kind
 
 
 class AddIngressQdisc(Value):
-    __slots__ = ()
+    pass
 
 
 class DeleteIngressQdisc(Value):
-    __slots__ = ()
+    pass
 
 
 class DeleteFilters(Value):
-    __slots__ = ("kind", "parent", "prio", "protocol")
-
     parent: int
     prio: int
     protocol: int
     kind: str
 
-    def __init__(self, parent: int, prio: int, protocol: int, kind: str) -> None:
-        self.parent = parent
-        self.prio = prio
-        self.protocol = protocol
-        self.kind = kind
-
 
 class AddRedirect(Value):
-    __slots__ = ("ifb", "parent")
-
     parent: int
     ifb: str
-
-    def __init__(self, parent: int, ifb: str) -> None:
-        self.parent = parent
-        self.ifb = ifb
 
 
 Action = (
@@ -312,29 +240,14 @@ def _rank(action: Action) -> tuple[int, int]:
 class Ownership(Value):
     """What this attachment created on a device it does not own (kept in a state file)."""
 
-    __slots__ = ("device_tbf", "ingress_qdisc")
-
-    device_tbf: bool
-    ingress_qdisc: bool
-
-    def __init__(self, device_tbf: bool = False, ingress_qdisc: bool = False) -> None:
-        self.device_tbf = device_tbf
-        self.ingress_qdisc = ingress_qdisc
+    device_tbf: bool = False
+    ingress_qdisc: bool = False
 
 
 class Reconciliation(Value):
-    __slots__ = ("actions", "kept", "ownership")
-
     actions: tuple[Action, ...]
     ownership: Ownership
-    kept: tuple[str, ...]  # foreign objects left alone, for the log
-
-    def __init__(
-        self, actions: tuple[Action, ...], ownership: Ownership, kept: tuple[str, ...] = ()
-    ) -> None:
-        self.actions = actions
-        self.ownership = ownership
-        self.kept = kept
+    kept: tuple[str, ...] = ()  # foreign objects left alone, for the log
 
 
 # ---------------------------------------------------------------------------- reconcile
@@ -353,18 +266,10 @@ def _describe_ifb_owner(ifb: IfbState) -> str:
 
 
 class _FilterGroup(Value):
-    __slots__ = ("kind", "prio", "protocol", "rules")
-
     prio: int
     kind: str
     protocol: int
     rules: tuple[Filter, ...]
-
-    def __init__(self, prio: int, kind: str, protocol: int, rules: tuple[Filter, ...]) -> None:
-        self.prio = prio
-        self.kind = kind
-        self.protocol = protocol
-        self.rules = rules
 
     def describe(self) -> str:
         return f"{self.kind} filter prio {self.prio}"

@@ -1,24 +1,14 @@
 """tbf arithmetic: from a configured rate and burst to the numbers the kernel stores (pure).
 
 tbf keeps the burst not in bytes but as `buffer`, the time the burst takes at the rate, in
-psched ticks, in a 32-bit field; its queue `limit` is a 32-bit byte count. Upstream
-computes limit = rate x latency + burst with a latency of 25 ms, and so do we. The rate
-itself is 64-bit: 2^32 bytes/s (34.4 Gbit/s) and above travel in TCA_TBF_RATE64 (tc.py).
+psched ticks, in a 32-bit field; its queue `limit` is a 32-bit byte count (upstream's
+rate x 25 ms + burst). The buffer is computed exactly the way pyroute2 computes it from a
+burst (`calc_xmittime`), so that CHECK can compare the kernel's value with ours exactly.
 
-The buffer is computed exactly the way pyroute2 computes it from a burst
-(`calc_xmittime`), so that CHECK can compare the kernel's value with ours exactly.
-
-Where upstream sends the kernel something that cannot work, we adjust and log (`note`):
-* kubelet/containerd send a burst of 2^32-1 bits when the pod sets none. At low rates
-  its transmit time overflows the 32-bit buffer (Go wraps it around silently, giving a
-  random burst). We clamp the burst to the largest that fits.
-* a burst smaller than one full frame (the CNI docs' examples use 456 and 1600 bits):
-  Go installs it, and tbf then drops every frame larger than the burst, i.e. nearly all
-  traffic. We raise it to the smallest burst that lets one full frame through.
-* above ~1.37 Tbit/s rate x 25 ms alone exceeds the 32-bit queue limit (Go's uint32
-  conversion wraps it): we clamp the limit to 2^32-1 bytes.
-A rate so small that even the largest buffer cannot hold one full frame stays an error:
-no burst would make such a tbf pass full-size traffic.
+Where upstream sends the kernel something that cannot work (a burst whose transmit time
+overflows the buffer, a burst smaller than one frame, a queue limit above 32 bits), we
+adjust and log (`note`); a rate at which no burst passes one full frame stays an error.
+The cases and their figures: docs/bandwidth.md#configuration.
 """
 
 from __future__ import annotations
@@ -41,12 +31,7 @@ RTAB_LAST_CELL = 2048
 class Psched(Value):
     """The kernel's tick length, from /proc/net/psched (as pyroute2 and tc read it)."""
 
-    __slots__ = ("tick_in_usec",)
-
-    tick_in_usec: float  # ticks per microsecond on every current kernel
-
-    def __init__(self, tick_in_usec: float = 15.625) -> None:
-        self.tick_in_usec = tick_in_usec
+    tick_in_usec: float = 15.625  # ticks per microsecond on every current kernel
 
     @classmethod
     def parse(cls, text: str) -> Psched:

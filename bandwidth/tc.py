@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import errno
 from _socket import htons, ntohs
-from contextlib import contextmanager
 
 from bandwidth.model import (
     ETH_P_ALL,
@@ -67,7 +66,6 @@ from common.rtnl import (
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterator
     from typing import Any
 
 PSCHED = "/proc/net/psched"
@@ -243,7 +241,8 @@ def open_socket(netns: str) -> RtnlSocket:
 
 
 class Rtnl:
-    """An rtnetlink socket in one network namespace ("" = the one we run in)."""
+    """An rtnetlink socket in one network namespace ("" = the one we run in); closed when
+    the `with` block that opened it ends."""
 
     def __init__(self, netns: str = "") -> None:
         self.nl = open_socket(netns)
@@ -253,7 +252,10 @@ class Rtnl:
         # named by three actions in a row (alias, tbf, redirect), one lookup serves them.
         self.indexes: dict[str, int] = {}
 
-    def close(self) -> None:
+    def __enter__(self) -> Rtnl:
+        return self
+
+    def __exit__(self, *_: object) -> None:
         self.nl.close()
 
     def _request(self, *args: Any, tolerate: tuple[int, ...] = (), **kwargs: Any) -> list[Any]:
@@ -271,7 +273,7 @@ class Rtnl:
 
     # -- reading
 
-    def _get_link(self, index: int = 0, name: str = "") -> Link | None:
+    def link(self, name: str = "", index: int = 0) -> Link | None:
         msg = self.m.ifinfmsg()
         msg["index"] = index
         if name:
@@ -280,13 +282,10 @@ class Rtnl:
         found = self._request(msg, RTM_GETLINK, tolerate=(errno.ENODEV, errno.EINVAL))
         return _link(found[0]) if found else None
 
-    def link(self, name: str) -> Link | None:
-        return self._get_link(name=name)
-
     def link_by_index(self, index: int) -> Link | None:
         if index <= 0:  # e.g. a mirred action whose target device was deleted
             return None
-        return self._get_link(index=index)
+        return self.link(index=index)
 
     def links(self) -> list[Link]:
         return [_link(m) for m in self._request(self.m.ifinfmsg(), RTM_GETLINK, dump=True)]
@@ -340,7 +339,7 @@ class Rtnl:
             try:
                 self._apply_one(action, device)
             except (NetlinkError, TimeoutError) as e:
-                raise CniError(KERNEL_FAILURE, f"{_describe(action)} failed", str(e)) from None
+                raise CniError(KERNEL_FAILURE, f"{type(action).__name__} failed", str(e)) from None
 
     def _set_link(self, index: int, **attrs: Any) -> None:
         msg = self.m.ifinfmsg()
@@ -403,23 +402,10 @@ class Rtnl:
             self._request(msg, RTM_NEWTFILTER, CREATE)
 
 
-def _describe(action: Action) -> str:
-    return type(action).__name__
-
-
 def _need(device: Link | None) -> Link:
     if device is None:  # reconcile never asks for device actions without a device
         raise CniError(KERNEL_FAILURE, "no device to configure")
     return device
-
-
-@contextmanager
-def rtnl(netns: str = "") -> Iterator[Rtnl]:
-    sock = Rtnl(netns)
-    try:
-        yield sock
-    finally:
-        sock.close()
 
 
 def netlink_answers() -> None:

@@ -78,16 +78,9 @@ def _placement(request: Request, prev: Result, ctr: Rtnl, host: Rtnl, gone: int)
 class Located(Value):
     """Where one attachment is shaped, what it should look like, and the socket there."""
 
-    __slots__ = ("placement", "plan", "sock")
-
     placement: Placement
     plan: Plan
     sock: Rtnl
-
-    def __init__(self, placement: Placement, plan: Plan, sock: Rtnl) -> None:
-        self.placement = placement
-        self.plan = plan
-        self.sock = sock
 
 
 def _locate_and_plan(
@@ -98,8 +91,8 @@ def _locate_and_plan(
 
     prev = _prev_result(request)
     psched = tc.read_psched()
-    ctr = stack.enter_context(tc.rtnl(request.netns))
-    host = stack.enter_context(tc.rtnl())
+    ctr = stack.enter_context(tc.Rtnl(request.netns))
+    host = stack.enter_context(tc.Rtnl())
     placement = _placement(request, prev, ctr, host, gone)
     plan = build(
         cfg,
@@ -248,7 +241,7 @@ def _open_netns(stack: ExitStack, netns: str) -> Rtnl | None:
     if not exists(netns):
         return None
     try:
-        return stack.enter_context(tc.rtnl(netns))
+        return stack.enter_context(tc.Rtnl(netns))
     except CniError as e:
         if e.code == INVALID_NETNS:  # e.g. the path exists but is no longer a netns
             return None
@@ -260,7 +253,7 @@ def delete(request: Request) -> None:
 
     ifb, alias = _names(request)
     states = record.store()
-    with states.lock(), tc.rtnl() as host:
+    with states.lock(), tc.Rtnl() as host:
         rec = states.load(request)
         _teardown(host, rec, request.netns, request.ifname, ifb=ifb, alias=alias)
         if rec is not None:
@@ -275,7 +268,7 @@ def gc(request: Request) -> None:
     network = request.network
     states = record.store()
     before = states.stamps()
-    with states.lock(), tc.rtnl() as host:
+    with states.lock(), tc.Rtnl() as host:
         stale, in_flight = states.sweep(network, valid, before)
         for rec in in_flight:
             valid.add(AttachmentId(rec.container_id, rec.ifname))  # its ifb too, below
