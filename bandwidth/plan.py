@@ -120,15 +120,8 @@ class Plan(Value):
         return self.device_tbf is None and self.ifb is None
 
 
-def build(
-    cfg: BandwidthConfig,
-    placement: Placement,
-    *,
-    network: str,
-    container_id: str,
-    ifname: str,
-    psched: Psched,
-) -> Plan:
+def build(cfg: BandwidthConfig, placement: Placement, ifb: str, alias: str, psched: Psched) -> Plan:
+    """`ifb` and `alias`: the attachment's ifb name and owner (`ifb_name`, `ifb_alias`)."""
     device = placement.device
     if placement.mode == HOST:
         leaving, arriving = cfg.ingress, cfg.egress
@@ -137,20 +130,15 @@ def build(
         leaving, arriving = cfg.egress, cfg.ingress
         where = f"container interface {device.name}"
     notes: list[str] = []
-    device_tbf = ifb = None
+    device_tbf = ifb_plan = None
     if leaving is not None:
         device_tbf, note = make_tbf(leaving, device.mtu, where, psched)
         notes += [note] if note else []
     if arriving is not None:
         tbf, note = make_tbf(arriving, device.mtu, where, psched)
         notes += [note] if note else []
-        ifb = IfbPlan(
-            name=ifb_name(network, container_id),
-            mtu=device.mtu,
-            alias=ifb_alias(network, container_id, ifname),
-            tbf=tbf,
-        )
-    return Plan(placement.mode, device.name, device_tbf, ifb, tuple(notes))
+        ifb_plan = IfbPlan(ifb, device.mtu, alias, tbf)
+    return Plan(placement.mode, device.name, device_tbf, ifb_plan, tuple(notes))
 
 
 # ---------------------------------------------------------------------------- actions
