@@ -144,7 +144,11 @@ def build(cfg: BandwidthConfig, placement: Placement, ifb: str, alias: str, psch
 # ---------------------------------------------------------------------------- actions
 
 
-class _IfbSettings(Value):
+class Action(Value):
+    """One change to the kernel; `tc.Rtnl.apply` carries them out."""
+
+
+class _IfbSettings(Action):
     name: str
     mtu: int
     alias: str
@@ -158,54 +162,42 @@ class UpdateIfb(_IfbSettings):
     """Set the MTU and alias of an existing ifb, and bring it up."""
 
 
-class DeleteIfb(Value):
+class DeleteIfb(Action):
     name: str
 
 
-class SetTbf(Value):
+class SetTbf(Action):
     ifb: str  # the ifb to put it on; "" for the shaped device
     tbf: Tbf
 
 
-class DeleteRootQdisc(Value):
+class DeleteRootQdisc(Action):
     kind: str
 
 
-class AddIngressQdisc(Value):
+class AddIngressQdisc(Action):
     pass
 
 
-class DeleteIngressQdisc(Value):
+class DeleteIngressQdisc(Action):
     pass
 
 
-class DeleteFilters(Value):
+class DeleteFilters(Action):
     parent: int
     prio: int
     protocol: int
     kind: str
 
 
-class AddRedirect(Value):
+class AddRedirect(Action):
     parent: int
     ifb: str
 
 
-Action = (
-    CreateIfb
-    | UpdateIfb
-    | DeleteIfb
-    | SetTbf
-    | DeleteRootQdisc
-    | AddIngressQdisc
-    | DeleteIngressQdisc
-    | DeleteFilters
-    | AddRedirect
-)
-
 # The order actions run in, whatever mix a reconciliation produces: the ifb and its tbf
 # exist before traffic is redirected to it, and the redirect is gone before the ifb.
-_ORDER: tuple[type, ...] = (
+_ORDER: tuple[type[Action], ...] = (
     CreateIfb,
     UpdateIfb,
     AddIngressQdisc,
@@ -297,15 +289,6 @@ def _group_is_wanted(group: _FilterGroup, ifb_index: int | None) -> bool:
     )
 
 
-def _root_is_ours(root: Qdisc | None) -> bool:
-    return root is not None and root.kind == "tbf" and root.handle == TBF_HANDLE
-
-
-def _root_is_default(root: Qdisc | None) -> bool:
-    # The kernel's own root qdiscs (noqueue, pfifo_fast, fq_codel, mq) have handle 0.
-    return root is None or root.handle == 0
-
-
 def reconcile(
     plan: Plan, observed: Observed, owned: Ownership, *, ifb: str, alias: str
 ) -> Reconciliation:
@@ -374,19 +357,21 @@ def reconcile(
 
         # -- the tbf on the device itself
         root = device.root
+        root_ours = root is not None and root.kind == "tbf" and root.handle == TBF_HANDLE
         if plan.device_tbf is not None:
-            if _root_is_ours(root) and root is not None and root.tbf == plan.device_tbf.params:
-                pass
-            elif _root_is_ours(root) or _root_is_default(root):
+            # The kernel's own root qdiscs (noqueue, pfifo_fast, fq_codel, mq) have handle 0.
+            if root is None or root.handle == 0:
                 actions.append(SetTbf("", plan.device_tbf))
-            elif root is not None:
+            elif not root_ours:
                 conflicts.append(
                     f"{plan.device} already has root qdisc {root.describe()} that bandwidth "
                     "did not create; remove it or shape this attachment another way"
                 )
+            elif root.tbf != plan.device_tbf.params:
+                actions.append(SetTbf("", plan.device_tbf))
             device_tbf_owned = True
         else:
-            if device_tbf_owned and _root_is_ours(root) and root is not None:
+            if device_tbf_owned and root is not None and root_ours:
                 actions.append(DeleteRootQdisc(root.kind))
             device_tbf_owned = False
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 from _socket import htons, ntohs
 
+from bandwidth import plan
 from bandwidth.model import (
     ETH_P_ALL,
     FILTER_PRIO,
@@ -29,40 +30,11 @@ from bandwidth.model import (
     Qdisc,
     TbfParams,
 )
-from bandwidth.plan import (
-    Action,
-    AddIngressQdisc,
-    AddRedirect,
-    CreateIfb,
-    DeleteFilters,
-    DeleteIfb,
-    DeleteIngressQdisc,
-    DeleteRootQdisc,
-    SetTbf,
-    UpdateIfb,
-)
 from bandwidth.tbf import Psched
+from common import rtnl
 from common.errors import KERNEL_FAILURE, CniError
 from common.netns import entered
-from common.rtnl import (
-    NETLINK_ROUTE,
-    NLM_F_CREATE,
-    NLM_F_ECHO,
-    NLM_F_EXCL,
-    NLM_F_REPLACE,
-    RTM_DELLINK,
-    RTM_DELQDISC,
-    RTM_DELTFILTER,
-    RTM_GETLINK,
-    RTM_GETQDISC,
-    RTM_GETTFILTER,
-    RTM_NEWLINK,
-    RTM_NEWQDISC,
-    RTM_NEWTFILTER,
-    NetlinkError,
-    NetlinkSocket,
-    RtnlSocket,
-)
+from common.rtnl import NetlinkError, RtnlSocket
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -72,7 +44,7 @@ PSCHED = "/proc/net/psched"
 IFF_UP = 0x1
 TCA_EGRESS_REDIR = 1
 MATCH_ALL = ["0x0/0x0+0"]  # u32: 0 under mask 0 at offset 0, i.e. every packet
-CREATE = NLM_F_CREATE | NLM_F_EXCL
+CREATE = rtnl.NLM_F_CREATE | rtnl.NLM_F_EXCL
 # What the kernel answers when the object a request names is not there (any more): the
 # device (ENODEV: a host veth the kernel destroys a moment after its netns went), the
 # qdisc or filter (ENOENT; EINVAL for a qdisc the device never had). For a read that is
@@ -273,28 +245,26 @@ class Rtnl:
 
     # -- reading
 
-    def link(self, name: str = "", index: int = 0) -> Link | None:
+    def link(self, name: str = "", index: int | None = 0) -> Link | None:
+        """The device named `name`, or else the one with ifindex `index`."""
+        if not name and (index or 0) <= 0:  # e.g. a mirred action whose target was deleted
+            return None
         msg = self.m.ifinfmsg()
         msg["index"] = index
         if name:
             msg["attrs"] = [["IFLA_IFNAME", name]]
         # EINVAL: a name the kernel cannot even look up (too long) names no device either
-        found = self._request(msg, RTM_GETLINK, tolerate=(errno.ENODEV, errno.EINVAL))
+        found = self._request(msg, rtnl.RTM_GETLINK, tolerate=(errno.ENODEV, errno.EINVAL))
         return _link(found[0]) if found else None
 
-    def link_by_index(self, index: int) -> Link | None:
-        if index <= 0:  # e.g. a mirred action whose target device was deleted
-            return None
-        return self.link(index=index)
-
     def links(self) -> list[Link]:
-        return [_link(m) for m in self._request(self.m.ifinfmsg(), RTM_GETLINK, dump=True)]
+        return [_link(m) for m in self._request(self.m.ifinfmsg(), rtnl.RTM_GETLINK, dump=True)]
 
     def _get_qdisc(self, index: int, parent: int) -> Qdisc | None:
         # A GET for one parent rather than a dump: a dump lists every qdisc of every
         # device, hundreds on a busy node. The kernel answers a GET only with ECHO.
         msg = self._tcmsg(index, parent)
-        found = self._request(msg, RTM_GETQDISC, NLM_F_ECHO, tolerate=GONE)
+        found = self._request(msg, rtnl.RTM_GETQDISC, rtnl.NLM_F_ECHO, tolerate=GONE)
         return _qdisc(found[0]) if found else None
 
     def device_state(self, link: Link) -> DeviceState:
@@ -305,7 +275,7 @@ class Rtnl:
         if state.ingress is None:
             return state
         msg = self._tcmsg(link.index, state.filter_parent)
-        filters = self._request(msg, RTM_GETTFILTER, dump=True, tolerate=GONE)
+        filters = self._request(msg, rtnl.RTM_GETTFILTER, dump=True, tolerate=GONE)
         return DeviceState(link, qdiscs, tuple(_filter(m) for m in filters))
 
     def observe(self, device: Link | None, ifb: str) -> Observed:
@@ -316,9 +286,7 @@ class Rtnl:
             if ifb_link is not None:
                 ifb_state = IfbState(ifb_link, self._get_qdisc(ifb_link.index, TC_H_ROOT))
             targets = {f.redirect_to for f in state.filters} if state else set()
-            live = frozenset(
-                t for t in targets if t is not None and self.link_by_index(t) is not None
-            )
+            live = frozenset(t for t in targets if t is not None and self.link(index=t) is not None)
         except (NetlinkError, TimeoutError) as e:
             raise CniError(KERNEL_FAILURE, "reading links and qdiscs failed", str(e)) from None
         return Observed(state, ifb_state, live)
@@ -334,7 +302,7 @@ class Rtnl:
         self.indexes[name] = link.index
         return link.index
 
-    def apply(self, actions: tuple[Action, ...], device: Link | None) -> None:
+    def apply(self, actions: tuple[plan.Action, ...], device: Link | None) -> None:
         for action in actions:
             try:
                 self._apply_one(action, device)
@@ -345,10 +313,10 @@ class Rtnl:
         msg = self.m.ifinfmsg()
         msg["index"], msg["flags"], msg["change"] = index, IFF_UP, IFF_UP  # and bring it up
         msg["attrs"] = [[name, value] for name, value in attrs.items()]
-        self._request(msg, RTM_NEWLINK)
+        self._request(msg, rtnl.RTM_NEWLINK)
 
-    def _apply_one(self, action: Action, device: Link | None) -> None:
-        if isinstance(action, CreateIfb):
+    def _apply_one(self, action: plan.Action, device: Link | None) -> None:
+        if isinstance(action, plan.CreateIfb):
             self.indexes.pop(action.name, None)
             msg = self.m.ifinfmsg()
             msg["attrs"] = [
@@ -356,41 +324,41 @@ class Rtnl:
                 ["IFLA_MTU", action.mtu],
                 ["IFLA_LINKINFO", {"attrs": [["IFLA_INFO_KIND", "ifb"]]}],
             ]
-            self._request(msg, RTM_NEWLINK, CREATE)
+            self._request(msg, rtnl.RTM_NEWLINK, CREATE)
             # The kernel ignores IFLA_IFALIAS when it creates a link: set it afterwards.
             self._set_link(self._index(action.name), IFLA_IFALIAS=action.alias)
-        elif isinstance(action, UpdateIfb):
+        elif isinstance(action, plan.UpdateIfb):
             index = self._index(action.name)
             self._set_link(index, IFLA_MTU=action.mtu, IFLA_IFALIAS=action.alias)
-        elif isinstance(action, DeleteIfb):
+        elif isinstance(action, plan.DeleteIfb):
             self.indexes.pop(action.name, None)
             link = self.link(action.name)
             if link is not None:
                 msg = self.m.ifinfmsg()
                 msg["index"] = link.index
-                self._request(msg, RTM_DELLINK, tolerate=GONE)
-        elif isinstance(action, SetTbf):
+                self._request(msg, rtnl.RTM_DELLINK, tolerate=GONE)
+        elif isinstance(action, plan.SetTbf):
             target = self._index(action.ifb) if action.ifb else _need(device).index
             tbf = action.tbf
             options = tbf_options(tbf.rate, tbf.buffer, tbf.limit)
             msg = self._tcmsg(target, TC_H_ROOT, TBF_HANDLE)
             msg["attrs"] = [["TCA_KIND", "tbf"], ["TCA_OPTIONS", options]]
-            self._request(msg, RTM_NEWQDISC, NLM_F_CREATE | NLM_F_REPLACE)
-        elif isinstance(action, DeleteRootQdisc):
+            self._request(msg, rtnl.RTM_NEWQDISC, rtnl.NLM_F_CREATE | rtnl.NLM_F_REPLACE)
+        elif isinstance(action, plan.DeleteRootQdisc):
             msg = self._tcmsg(_need(device).index, TC_H_ROOT)
-            self._request(msg, RTM_DELQDISC, tolerate=GONE)
-        elif isinstance(action, AddIngressQdisc):
+            self._request(msg, rtnl.RTM_DELQDISC, tolerate=GONE)
+        elif isinstance(action, plan.AddIngressQdisc):
             msg = self._tcmsg(_need(device).index, TC_H_INGRESS, INGRESS_HANDLE)
             msg["attrs"] = [["TCA_KIND", "ingress"]]
-            self._request(msg, RTM_NEWQDISC, CREATE, tolerate=(errno.EEXIST,))
-        elif isinstance(action, DeleteIngressQdisc):
+            self._request(msg, rtnl.RTM_NEWQDISC, CREATE, tolerate=(errno.EEXIST,))
+        elif isinstance(action, plan.DeleteIngressQdisc):
             msg = self._tcmsg(_need(device).index, TC_H_INGRESS, INGRESS_HANDLE)
-            self._request(msg, RTM_DELQDISC, tolerate=GONE)
-        elif isinstance(action, DeleteFilters):
+            self._request(msg, rtnl.RTM_DELQDISC, tolerate=GONE)
+        elif isinstance(action, plan.DeleteFilters):
             info = (action.prio << 16) | htons(action.protocol)
             msg = self._tcmsg(_need(device).index, action.parent, info=info)
-            self._request(msg, RTM_DELTFILTER, tolerate=GONE)
-        elif isinstance(action, AddRedirect):
+            self._request(msg, rtnl.RTM_DELTFILTER, tolerate=GONE)
+        elif isinstance(action, plan.AddRedirect):
             redirect = {"kind": "mirred", "direction": "egress", "action": "redirect",
                         "ifindex": self._index(action.ifb)}  # fmt: skip
             options = self.m.cls_u32.get_parameters(
@@ -399,7 +367,7 @@ class Rtnl:
             info = (FILTER_PRIO << 16) | htons(ETH_P_ALL)
             msg = self._tcmsg(_need(device).index, action.parent, info=info)
             msg["attrs"] = [["TCA_KIND", "u32"], ["TCA_OPTIONS", options]]
-            self._request(msg, RTM_NEWTFILTER, CREATE)
+            self._request(msg, rtnl.RTM_NEWTFILTER, CREATE)
 
 
 def _need(device: Link | None) -> Link:
@@ -414,10 +382,11 @@ def netlink_answers() -> None:
     bulk of a poll). Raises OSError when it does not."""
     import struct
 
-    with NetlinkSocket(NETLINK_ROUTE) as nl:
+    with rtnl.NetlinkSocket(rtnl.NETLINK_ROUTE) as nl:
         ifinfomsg = struct.pack("=BxHiII", 0, 0, 1, 0, 0)  # family, type, index 1, flags, change
         kinds = [
-            struct.unpack_from("=H", reply, 4)[0] for reply in nl.request(RTM_GETLINK, 0, ifinfomsg)
+            struct.unpack_from("=H", reply, 4)[0]
+            for reply in nl.request(rtnl.RTM_GETLINK, 0, ifinfomsg)
         ]
-    if kinds != [RTM_NEWLINK]:
+    if kinds != [rtnl.RTM_NEWLINK]:
         raise OSError(errno.EPROTO, f"unexpected rtnetlink answer (types {kinds})")

@@ -53,7 +53,7 @@ def _placement(request: Request, prev: Result, ctr: Rtnl, host: Rtnl, gone: int)
         )
     peer = None
     if container_if.kind == "veth" and container_if.peer_index:
-        peer = host.link_by_index(container_if.peer_index)
+        peer = host.link(index=container_if.peer_index)
         if peer is None and gone != INVALID_CONFIG:
             raise CniError(
                 gone,
@@ -203,7 +203,7 @@ def _teardown(host: Rtnl, rec: Record | None, netns: str, ifname: str, *, ifb: s
             if container_if is not None and container_if.kind != "veth":
                 mode, sock, device = CONTAINER, ctr, container_if
             elif container_if is not None and container_if.peer_index:
-                peer = host.link_by_index(container_if.peer_index)
+                peer = host.link(index=container_if.peer_index)
                 if peer is not None and peer.peer_index == container_if.index:
                     device = peer
         _remove(sock, mode, device, owned, ifb, alias)
@@ -287,7 +287,7 @@ def _observe_for_check(sock: Rtnl, placement: Placement, ifb: str) -> Observed:
     try:
         return sock.observe(device, ifb)
     except CniError:
-        if sock.link_by_index(device.index) is not None:
+        if sock.link(index=device.index) is not None:
             raise
     raise CniError(
         CHECK_FAILED,
