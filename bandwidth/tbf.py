@@ -18,6 +18,10 @@ from bandwidth.model import Tbf
 from common.errors import invalid_config
 from common.values import Value
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
 U32_MAX = (1 << 32) - 1
 TIME_UNITS_PER_SEC = 1_000_000
 NANOS_PER_SEC = 1_000_000_000
@@ -63,8 +67,6 @@ def burst_in_kernel(rate: int, burst: int, psched: Psched) -> int:
 def min_burst(rate: int, packet: int, psched: Psched) -> int:
     """The smallest burst (bytes) that lets a `packet`-byte frame through at `rate`
     (which must allow one at all: max_frame(rate) >= packet)."""
-    if max_frame(rate) < packet:
-        raise ValueError(f"no burst lets a {packet}-byte frame through at {rate} B/s")
     micros = -(-packet * TIME_UNITS_PER_SEC // rate)  # whole microseconds one frame takes
     while True:  # one or two more when the truncation to ticks (or floats) cost a byte
         burst = -(-micros * rate // TIME_UNITS_PER_SEC)
@@ -81,19 +83,10 @@ def queue_limit(rate: int, burst: int) -> int:
 def max_burst(rate: int, psched: Psched) -> int:
     """The largest burst (bytes) whose buffer fits in 32 bits, and whose queue limit does
     too where rate x latency leaves room for one (below ~1.37 Tbit/s)."""
-    hi = U32_MAX - int(rate * LATENCY_US / TIME_UNITS_PER_SEC)
-    if hi <= 0:
-        hi = U32_MAX  # the limit is clamped anyway (make_tbf); the kernel's burst is a u32
-    if xmittime(rate, hi, psched) <= U32_MAX:
-        return hi
-    lo = 0  # invariant: xmittime(lo) fits, xmittime(hi) does not
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if xmittime(rate, mid, psched) <= U32_MAX:
-            lo = mid
-        else:
-            hi = mid
-    return lo
+    most = U32_MAX - queue_limit(rate, 0)
+    if most <= 0:
+        most = U32_MAX  # the limit is clamped anyway (make_tbf); the kernel's burst is a u32
+    return _least(0, most + 1, lambda burst: xmittime(rate, burst, psched) > U32_MAX) - 1
 
 
 def _expressible(rate: int, packet: int, psched: Psched) -> bool:
@@ -104,14 +97,20 @@ def _expressible(rate: int, packet: int, psched: Psched) -> bool:
 
 def min_rate_bits(packet: int, psched: Psched) -> int:
     """The smallest rate (bit/s) at which tbf can still pass a `packet`-byte frame."""
-    lo, hi = 0, 1 << 32  # bytes/s; hi is always expressible for any packet we see
+    # 2^32 bytes/s is always expressible for any packet we see
+    return _least(0, 1 << 32, lambda rate: _expressible(rate, packet, psched)) * 8
+
+
+def _least(lo: int, hi: int, holds: Callable[[int], bool]) -> int:
+    """The least x in (lo, hi] for which `holds`, a condition that stays true once it
+    is (bisection; hi when it holds for nothing before)."""
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if _expressible(mid, packet, psched):
+        if holds(mid):
             hi = mid
         else:
             lo = mid
-    return hi * 8
+    return hi
 
 
 def make_tbf(limit: Limit, mtu: int, where: str, psched: Psched) -> tuple[Tbf, str]:

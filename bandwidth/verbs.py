@@ -39,9 +39,20 @@ def _prev_result(request: Request) -> Result:
     return prev
 
 
-def _placement(request: Request, prev: Result, ctr: Rtnl, host: Rtnl, gone: int) -> Placement:
-    """`gone`: the code when the interface is not there; for ADD a config error (nothing
+def _locate_and_plan(
+    request: Request, cfg: config.BandwidthConfig, stack: ExitStack, gone: int = INVALID_CONFIG
+) -> tuple[Placement, Plan, Rtnl]:
+    """Open the sockets, find where to shape, build the plan: shared by ADD and CHECK.
+    Returns the placement, the plan and the socket of the netns where it is shaped.
+
+    `gone`: the code when the interface is not there; for ADD a config error (nothing
     to shape yet), for CHECK a finding (what was shaped went away, e.g. with its netns)."""
+    from bandwidth import tc
+
+    prev = _prev_result(request)
+    psched = tc.read_psched()
+    ctr = stack.enter_context(tc.Rtnl(request.netns))
+    host = stack.enter_context(tc.Rtnl())
     container_if = ctr.link(request.ifname)
     if container_if is None:
         raise CniError(
@@ -60,21 +71,7 @@ def _placement(request: Request, prev: Result, ctr: Rtnl, host: Rtnl, gone: int)
                 f"the host side of veth {request.ifname} is gone",
                 "the kernel destroys the pair when either end goes; the runtime should DEL it",
             )
-    return plan.locate(container_if, peer, prev, request.ifname)
-
-
-def _locate_and_plan(
-    request: Request, cfg: config.BandwidthConfig, stack: ExitStack, gone: int = INVALID_CONFIG
-) -> tuple[Placement, Plan, Rtnl]:
-    """Open the sockets, find where to shape, build the plan: shared by ADD and CHECK.
-    Returns the placement, the plan and the socket of the netns where it is shaped."""
-    from bandwidth import tc
-
-    prev = _prev_result(request)
-    psched = tc.read_psched()
-    ctr = stack.enter_context(tc.Rtnl(request.netns))
-    host = stack.enter_context(tc.Rtnl())
-    placement = _placement(request, prev, ctr, host, gone)
+    placement = plan.locate(container_if, peer, prev, request.ifname)
     want = plan.build(cfg, placement, *_names(request), psched)
     return placement, want, host if placement.mode == HOST else ctr
 
