@@ -1,16 +1,11 @@
 """What the kernel should hold for one attachment, and how to get there (pure).
 
-* `locate` decides where to shape: on the host-side veth (upstream's way), or, when the
-  container interface is not a veth (macvlan, ipvlan, ...), on that interface inside the
-  container netns.
-* `build` turns the config into a `Plan`: the tbf on the shaped device (traffic leaving
-  it) and the ifb with its tbf (traffic arriving at it, redirected by a u32 filter).
-* `reconcile` compares a plan with what the kernel holds and lists the `Action`s that make
-  the kernel match. ADD, a second ADD and DEL (an empty plan) all go through it, so a
-  second ADD converges instead of failing with "file exists", and DEL removes exactly what
-  this attachment owns. Objects made by someone else are never changed: when the plan
-  needs their place, reconcile raises a CONFLICT error naming them.
-* `differences` is CHECK: every way the kernel differs from the plan, in words.
+`locate` decides where to shape (the host-side veth, or the container interface when it is
+not a veth), `build` turns the config into a `Plan`, `reconcile` lists the `Action`s that
+take the kernel from what it holds to the plan, and `differences` is CHECK, in words.
+ADD, a second ADD and DEL (an empty plan) all go through `reconcile`: a second ADD
+converges instead of failing with "file exists", DEL removes exactly what this attachment
+owns, and what someone else made is never changed (CONFLICT when the plan needs its place).
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
-"""The one place bandwidth talks to the kernel: links, qdiscs and filters via pyroute2.
+"""The one place bandwidth talks to the kernel: links, qdiscs and filters.
 
-`Rtnl` is an rtnetlink socket bound to one network namespace. It reads the kernel into
-the plain values of `bandwidth.model` (`observe`) and carries out the actions a
-`plan.reconcile` produced (`apply`). No decisions are taken here. Messages are built,
-encoded and decoded by pyroute2's `ifinfmsg` / `tcmsg` and its tc modules (tbf rate
-tables, u32 selectors, mirred actions); `common.rtnl` explains why they travel on a
-small blocking socket rather than through `IPRoute`.
+`Rtnl` reads the kernel of one network namespace into the values of `bandwidth.model`
+(`observe`) and carries out the actions of a `plan.reconcile` (`apply`), deciding nothing.
+pyroute2's `ifinfmsg` / `tcmsg` and tc modules encode and decode the messages (tbf rate
+tables, u32 selectors, mirred actions); `common.rtnl` carries them.
 """
 
 from __future__ import annotations

@@ -124,9 +124,14 @@ def add(request: Request) -> Result | None:
             try:
                 sock.apply(result.actions, device)
             except CniError:
-                # The record goes only once the undo worked: otherwise DEL still needs it
-                # to know what this attachment owns (e.g. the tbf on the host veth).
-                if _undo(sock, device, new, request):
+                # Undo, so that nothing is half-done. The record goes only once that worked:
+                # otherwise DEL still needs it to know what this attachment owns (e.g. the
+                # tbf on the host veth).
+                try:
+                    _remove(sock, placement.mode, device, result.ownership, ifb, alias)
+                except CniError as e:
+                    request.log.error(f"could not undo a failed ADD (DEL will finish it): {e}")
+                else:
                     states.forget(request)
                 raise
             # Rewritten once done: a GC that started meanwhile sees a new file and leaves
@@ -145,17 +150,6 @@ def _remove(
     empty = Plan(mode, device.name if device is not None else "")
     result = plan.reconcile(empty, sock.observe(device, ifb), owned, ifb=ifb, alias=alias)
     sock.apply(result.actions, device)
-
-
-def _undo(sock: Rtnl, device: Link, rec: Record, request: Request) -> bool:
-    """After a failed ADD: remove what this attachment owns, so nothing is half-done.
-    Returns whether that worked."""
-    try:
-        _remove(sock, rec.mode, device, rec.ownership, rec.ifb, _names(rec)[1])
-    except CniError as e:
-        request.log.error(f"could not undo a failed ADD (DEL will finish it): {e}")
-        return False
-    return True
 
 
 def _report(prev: Result, placement: Placement, ifb: Link | None, netns: str) -> Result:
