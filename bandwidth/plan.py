@@ -234,12 +234,6 @@ def _ifb_is_ours(ifb: IfbState | None, alias: str) -> bool:
     return ifb is not None and ifb.link.kind == "ifb" and ifb.link.alias in ("", alias)
 
 
-def _describe_ifb_owner(ifb: IfbState) -> str:
-    if ifb.link.kind != "ifb":
-        return f"a {ifb.link.kind or 'non-ifb'} device named {ifb.link.name} exists"
-    return f"ifb {ifb.link.name} belongs to {ifb.link.alias!r}"
-
-
 class _FilterGroup(Value):
     prio: int
     kind: str
@@ -305,7 +299,12 @@ def reconcile(
             actions.append(CreateIfb(ifb, plan.ifb.mtu, plan.ifb.alias))
             actions.append(SetTbf(ifb, plan.ifb.tbf))
         elif not ifb_ours:
-            conflicts.append(_describe_ifb_owner(observed.ifb))
+            link = observed.ifb.link
+            conflicts.append(
+                f"ifb {link.name} belongs to {link.alias!r}"
+                if link.kind == "ifb"
+                else f"a {link.kind or 'non-ifb'} device named {link.name} exists"
+            )
         else:
             link = observed.ifb.link
             if link.mtu != plan.ifb.mtu or link.alias != plan.ifb.alias or not link.up:

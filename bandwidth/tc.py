@@ -28,7 +28,7 @@ from bandwidth.model import (
     Qdisc,
     TbfParams,
 )
-from bandwidth.tbf import Psched
+from bandwidth.tbf import U32_MAX, Psched
 from common import rtnl
 from common.errors import KERNEL_FAILURE, CniError
 from common.netns import entered
@@ -49,7 +49,6 @@ CREATE = rtnl.NLM_F_CREATE | rtnl.NLM_F_EXCL
 # "none", for a delete "done". A create meeting them fails: it cannot do its job.
 GONE = (errno.ENODEV, errno.ENOENT, errno.EINVAL)
 
-U32_MAX = (1 << 32) - 1
 # tbf's attributes (linux/pkt_sched.h). pyroute2 maps only the first four; rates of
 # 2^32 bytes/s and more need TCA_TBF_RATE64 both ways (the kernel takes the larger of
 # it and tc_ratespec.rate, and dumps it for such rates, with U32_MAX in the ratespec).
