@@ -1,14 +1,8 @@
 """bandwidth's own configuration: the rate and burst per direction (parse step, pure).
 
-Where the limits come from, as upstream: the top-level keys `ingressRate`,
-`ingressBurst`, `egressRate`, `egressBurst` when any of them is present, otherwise
-`runtimeConfig.bandwidth` (what kubelet/containerd send through the `bandwidth`
-capability). Keys are matched case-insensitively like Go's encoding/json. Rates are in
-bits per second, bursts in bits. A rate and burst of 0 (or absent) mean "do not shape
-this direction".
-
-Only what can be judged without the kernel is validated here; limits that depend on the
-device (one full packet must fit in the burst) are checked by the plan.
+Where the keys come from and what they mean: docs/bandwidth.md#configuration. Only what
+can be judged without the kernel is validated here; limits that depend on the device (one
+full frame must fit in the burst) are checked by the plan.
 """
 
 from __future__ import annotations
@@ -30,31 +24,17 @@ MAX_RATE_BITS = ((1 << 32) - 1) * 1_000_000 * 8
 class Limit(Value):
     """One direction's limit as configured: rate in bit/s, burst in bits."""
 
-    __slots__ = ("burst", "burst_key", "rate", "rate_key")
-
     rate: int
     burst: int
     rate_key: str  # where the values came from, for messages: "runtimeConfig.bandwidth.egressRate"
     burst_key: str
 
-    def __init__(self, rate: int, burst: int, rate_key: str, burst_key: str) -> None:
-        self.rate = rate
-        self.burst = burst
-        self.rate_key = rate_key
-        self.burst_key = burst_key
-
 
 class BandwidthConfig(Value):
     """Container ingress (traffic towards the container) and egress (from it)."""
 
-    __slots__ = ("egress", "ingress")
-
-    ingress: Limit | None
-    egress: Limit | None
-
-    def __init__(self, ingress: Limit | None = None, egress: Limit | None = None) -> None:
-        self.ingress = ingress
-        self.egress = egress
+    ingress: Limit | None = None
+    egress: Limit | None = None
 
     @property
     def shapes_anything(self) -> bool:
@@ -74,15 +54,15 @@ def _direction(obj: JsonObject, direction: str) -> Limit | None:
     burst: int = obj.integer(burst_key, 0, minimum=0, maximum=U64_MAX)
     if rate == 0 and burst == 0:
         return None
-    if burst == 0:
-        raise invalid_config(
-            f"{obj.path(rate_key)} is set but {obj.path(burst_key)} is not",
-            f"set {burst_key} (bits) as well, or remove {rate_key}",
+    if rate == 0 or burst == 0:
+        given, missing, unit = (
+            (rate_key, burst_key, "bits")
+            if burst == 0
+            else (burst_key, rate_key, "bits per second")
         )
-    if rate == 0:
         raise invalid_config(
-            f"{obj.path(burst_key)} is set but {obj.path(rate_key)} is not",
-            f"set {rate_key} (bits per second) as well, or remove {burst_key}",
+            f"{obj.path(given)} is set but {obj.path(missing)} is not",
+            f"set {missing} ({unit}) as well, or remove {given}",
         )
     if rate < MIN_RATE_BITS:
         raise invalid_config(

@@ -24,68 +24,31 @@ CONTAINER = "container"  # shape on the container interface itself (not a veth)
 
 
 class Link(Value):
-    __slots__ = ("alias", "index", "kind", "mac", "mtu", "name", "peer_index", "up")
-
     index: int
     name: str
     kind: str  # IFLA_INFO_KIND: "veth", "ifb", "macvlan", ... ("" when the kernel gives none)
     mtu: int
-    up: bool
-    alias: str
-    mac: str
-    peer_index: int | None  # IFLA_LINK: a veth's peer, a macvlan's parent
-
-    def __init__(
-        self,
-        index: int,
-        name: str,
-        kind: str,
-        mtu: int,
-        up: bool = True,
-        alias: str = "",
-        mac: str = "",
-        peer_index: int | None = None,
-    ) -> None:
-        self.index = index
-        self.name = name
-        self.kind = kind
-        self.mtu = mtu
-        self.up = up
-        self.alias = alias
-        self.mac = mac
-        self.peer_index = peer_index
+    up: bool = True
+    alias: str = ""
+    mac: str = ""
+    peer_index: int | None = None  # IFLA_LINK: a veth's peer, a macvlan's parent
 
 
 class TbfParams(Value):
     """What tbf reports back (TCA_TBF_PARMS): the fields bandwidth sets."""
 
-    __slots__ = ("buffer", "limit", "rate")
-
     rate: int  # bytes per second
     buffer: int  # psched ticks: the burst expressed as transmit time at the rate
     limit: int  # bytes that may wait in the queue
-
-    def __init__(self, rate: int, buffer: int, limit: int) -> None:
-        self.rate = rate
-        self.buffer = buffer
-        self.limit = limit
 
 
 class Tbf(Value):
     """A tbf as bandwidth means it: TbfParams plus the burst in bytes it came from."""
 
-    __slots__ = ("buffer", "burst", "limit", "rate")
-
     rate: int
     burst: int
     buffer: int
     limit: int
-
-    def __init__(self, rate: int, burst: int, buffer: int, limit: int) -> None:
-        self.rate = rate
-        self.burst = burst
-        self.buffer = buffer
-        self.limit = limit
 
     @property
     def params(self) -> TbfParams:
@@ -99,18 +62,10 @@ class Tbf(Value):
 
 
 class Qdisc(Value):
-    __slots__ = ("handle", "kind", "parent", "tbf")
-
     kind: str
     handle: int
     parent: int
-    tbf: TbfParams | None
-
-    def __init__(self, kind: str, handle: int, parent: int, tbf: TbfParams | None = None) -> None:
-        self.kind = kind
-        self.handle = handle
-        self.parent = parent
-        self.tbf = tbf
+    tbf: TbfParams | None = None
 
     def describe(self) -> str:
         return f"{self.kind} {handle_text(self.handle)}"
@@ -123,66 +78,23 @@ class Filter(Value):
     table, and the rule nodes. Only the nodes carry a match and actions (`is_rule`).
     """
 
-    __slots__ = (
-        "handle",
-        "is_rule",
-        "kind",
-        "match_all",
-        "other_actions",
-        "parent",
-        "prio",
-        "protocol",
-        "redirect_to",
-    )
-
     parent: int
     prio: int
     kind: str
-    protocol: int
-    handle: int
-    is_rule: bool
-    match_all: bool  # u32 selector that matches every packet
-    redirect_to: int | None  # ifindex of a mirred egress redirect action
-    other_actions: bool  # any action besides one mirred egress redirect
-
-    def __init__(
-        self,
-        parent: int,
-        prio: int,
-        kind: str,
-        protocol: int = ETH_P_ALL,
-        handle: int = 0,
-        is_rule: bool = False,
-        match_all: bool = False,
-        redirect_to: int | None = None,
-        other_actions: bool = False,
-    ) -> None:
-        self.parent = parent
-        self.prio = prio
-        self.kind = kind
-        self.protocol = protocol
-        self.handle = handle
-        self.is_rule = is_rule
-        self.match_all = match_all
-        self.redirect_to = redirect_to
-        self.other_actions = other_actions
+    protocol: int = ETH_P_ALL
+    handle: int = 0
+    is_rule: bool = False
+    match_all: bool = False  # u32 selector that matches every packet
+    redirect_to: int | None = None  # ifindex of a mirred egress redirect action
+    other_actions: bool = False  # any action besides one mirred egress redirect
 
 
 class DeviceState(Value):
     """The shaped device: the host veth, or the container interface."""
 
-    __slots__ = ("filters", "link", "qdiscs")
-
     link: Link
-    qdiscs: tuple[Qdisc, ...]
-    filters: tuple[Filter, ...]  # on its ingress hook
-
-    def __init__(
-        self, link: Link, qdiscs: tuple[Qdisc, ...] = (), filters: tuple[Filter, ...] = ()
-    ) -> None:
-        self.link = link
-        self.qdiscs = qdiscs
-        self.filters = filters
+    qdiscs: tuple[Qdisc, ...] = ()
+    filters: tuple[Filter, ...] = ()  # on its ingress hook
 
     @property
     def root(self) -> Qdisc | None:
@@ -200,34 +112,16 @@ class DeviceState(Value):
 
 
 class IfbState(Value):
-    __slots__ = ("link", "root")
-
     link: Link
-    root: Qdisc | None
-
-    def __init__(self, link: Link, root: Qdisc | None = None) -> None:
-        self.link = link
-        self.root = root
+    root: Qdisc | None = None
 
 
 class Observed(Value):
     """What the kernel holds for one attachment, in the netns where it is shaped."""
 
-    __slots__ = ("device", "ifb", "live_indexes")
-
     device: DeviceState | None
     ifb: IfbState | None
-    live_indexes: frozenset[int]  # redirect targets alive
-
-    def __init__(
-        self,
-        device: DeviceState | None,
-        ifb: IfbState | None,
-        live_indexes: frozenset[int] = frozenset(),
-    ) -> None:
-        self.device = device
-        self.ifb = ifb
-        self.live_indexes = live_indexes
+    live_indexes: frozenset[int] = frozenset()  # redirect targets alive
 
 
 def handle_text(handle: int) -> str:

@@ -1,16 +1,11 @@
 """What the kernel should hold for one attachment, and how to get there (pure).
 
-* `locate` decides where to shape: on the host-side veth (upstream's way), or, when the
-  container interface is not a veth (macvlan, ipvlan, ...), on that interface inside the
-  container netns.
-* `build` turns the config into a `Plan`: the tbf on the shaped device (traffic leaving
-  it) and the ifb with its tbf (traffic arriving at it, redirected by a u32 filter).
-* `reconcile` compares a plan with what the kernel holds and lists the `Action`s that make
-  the kernel match. ADD, a second ADD and DEL (an empty plan) all go through it, so a
-  second ADD converges instead of failing with "file exists", and DEL removes exactly what
-  this attachment owns. Objects made by someone else are never changed: when the plan
-  needs their place, reconcile raises a CONFLICT error naming them.
-* `differences` is CHECK: every way the kernel differs from the plan, in words.
+`locate` decides where to shape (the host-side veth, or the container interface when it is
+not a veth), `build` turns the config into a `Plan`, `reconcile` lists the `Action`s that
+take the kernel from what it holds to the plan, and `differences` is CHECK, in words.
+ADD, a second ADD and DEL (an empty plan) all go through `reconcile`: a second ADD
+converges instead of failing with "file exists", DEL removes exactly what this attachment
+owns, and what someone else made is never changed (CONFLICT when the plan needs its place).
 """
 
 from __future__ import annotations
@@ -71,14 +66,8 @@ def alias_owner(alias: str, network: str) -> tuple[str, str] | None:
 
 
 class Placement(Value):
-    __slots__ = ("device", "mode")
-
     mode: str  # HOST or CONTAINER
     device: Link  # the host veth, or the container interface
-
-    def __init__(self, mode: str, device: Link) -> None:
-        self.mode = mode
-        self.device = device
 
 
 def locate(container_if: Link, peer: Link | None, prev: Result, ifname: str) -> Placement:
@@ -104,18 +93,10 @@ def locate(container_if: Link, peer: Link | None, prev: Result, ifname: str) -> 
 
 
 class IfbPlan(Value):
-    __slots__ = ("alias", "mtu", "name", "tbf")
-
     name: str
     mtu: int
     alias: str
     tbf: Tbf
-
-    def __init__(self, name: str, mtu: int, alias: str, tbf: Tbf) -> None:
-        self.name = name
-        self.mtu = mtu
-        self.alias = alias
-        self.tbf = tbf
 
 
 class Plan(Value):
@@ -123,42 +104,19 @@ class Plan(Value):
     shapes traffic arriving at it. On the host veth, leaving = container ingress; on the
     container interface, leaving = container egress."""
 
-    __slots__ = ("device", "device_tbf", "ifb", "mode", "notes")
-
     mode: str
     device: str
-    device_tbf: Tbf | None
-    ifb: IfbPlan | None
-    notes: tuple[str, ...]  # for the log: bursts that had to be clamped
-
-    def __init__(
-        self,
-        mode: str,
-        device: str,
-        device_tbf: Tbf | None = None,
-        ifb: IfbPlan | None = None,
-        notes: tuple[str, ...] = (),
-    ) -> None:
-        self.mode = mode
-        self.device = device
-        self.device_tbf = device_tbf
-        self.ifb = ifb
-        self.notes = notes
+    device_tbf: Tbf | None = None
+    ifb: IfbPlan | None = None
+    notes: tuple[str, ...] = ()  # for the log: bursts that had to be clamped
 
     @property
     def empty(self) -> bool:
         return self.device_tbf is None and self.ifb is None
 
 
-def build(
-    cfg: BandwidthConfig,
-    placement: Placement,
-    *,
-    network: str,
-    container_id: str,
-    ifname: str,
-    psched: Psched,
-) -> Plan:
+def build(cfg: BandwidthConfig, placement: Placement, ifb: str, alias: str, psched: Psched) -> Plan:
+    """`ifb` and `alias`: the attachment's ifb name and owner (`ifb_name`, `ifb_alias`)."""
     device = placement.device
     if placement.mode == HOST:
         leaving, arriving = cfg.ingress, cfg.egress
@@ -167,129 +125,74 @@ def build(
         leaving, arriving = cfg.egress, cfg.ingress
         where = f"container interface {device.name}"
     notes: list[str] = []
-    device_tbf = ifb = None
+    device_tbf = ifb_plan = None
     if leaving is not None:
         device_tbf, note = make_tbf(leaving, device.mtu, where, psched)
         notes += [note] if note else []
     if arriving is not None:
         tbf, note = make_tbf(arriving, device.mtu, where, psched)
         notes += [note] if note else []
-        ifb = IfbPlan(
-            name=ifb_name(network, container_id),
-            mtu=device.mtu,
-            alias=ifb_alias(network, container_id, ifname),
-            tbf=tbf,
-        )
-    return Plan(placement.mode, device.name, device_tbf, ifb, tuple(notes))
+        ifb_plan = IfbPlan(ifb, device.mtu, alias, tbf)
+    return Plan(placement.mode, device.name, device_tbf, ifb_plan, tuple(notes))
 
 
 # ---------------------------------------------------------------------------- actions
 
 
-class CreateIfb(Value):
-    __slots__ = ("alias", "mtu", "name")
+class Action(Value):
+    """One change to the kernel; `tc.Rtnl.apply` carries them out."""
 
+
+class _IfbSettings(Action):
     name: str
     mtu: int
     alias: str
 
-    def __init__(self, name: str, mtu: int, alias: str) -> None:
-        self.name = name
-        self.mtu = mtu
-        self.alias = alias
+
+class CreateIfb(_IfbSettings):
+    """Make the ifb, set its alias (the kernel ignores one given at creation), bring it up."""
 
 
-class UpdateIfb(Value):
-    __slots__ = ("alias", "mtu", "name")
-
-    name: str
-    mtu: int
-    alias: str
-
-    def __init__(self, name: str, mtu: int, alias: str) -> None:
-        self.name = name
-        self.mtu = mtu
-        self.alias = alias
+class UpdateIfb(_IfbSettings):
+    """Set the MTU and alias of an existing ifb, and bring it up."""
 
 
-class DeleteIfb(Value):
-    __slots__ = ("name",)
-
+class DeleteIfb(Action):
     name: str
 
-    def __init__(self, name: str) -> None:
-        self.name = name
 
-
-class SetTbf(Value):
-    __slots__ = ("ifb", "tbf")
-
+class SetTbf(Action):
     ifb: str  # the ifb to put it on; "" for the shaped device
     tbf: Tbf
 
-    def __init__(self, ifb: str, tbf: Tbf) -> None:
-        self.ifb = ifb
-        self.tbf = tbf
 
-
-class DeleteRootQdisc(Value):
-    __slots__ = ("kind",)
-
+class DeleteRootQdisc(Action):
     kind: str
 
-    def __init__(self, kind: str) -> None:
-        self.kind = kind
+
+class AddIngressQdisc(Action):
+    pass
 
 
-class AddIngressQdisc(Value):
-    __slots__ = ()
+class DeleteIngressQdisc(Action):
+    pass
 
 
-class DeleteIngressQdisc(Value):
-    __slots__ = ()
-
-
-class DeleteFilters(Value):
-    __slots__ = ("kind", "parent", "prio", "protocol")
-
+class DeleteFilters(Action):
     parent: int
     prio: int
     protocol: int
     kind: str
 
-    def __init__(self, parent: int, prio: int, protocol: int, kind: str) -> None:
-        self.parent = parent
-        self.prio = prio
-        self.protocol = protocol
-        self.kind = kind
 
-
-class AddRedirect(Value):
-    __slots__ = ("ifb", "parent")
-
+class AddRedirect(Action):
     parent: int
     ifb: str
 
-    def __init__(self, parent: int, ifb: str) -> None:
-        self.parent = parent
-        self.ifb = ifb
-
-
-Action = (
-    CreateIfb
-    | UpdateIfb
-    | DeleteIfb
-    | SetTbf
-    | DeleteRootQdisc
-    | AddIngressQdisc
-    | DeleteIngressQdisc
-    | DeleteFilters
-    | AddRedirect
-)
 
 # The order actions run in, whatever mix a reconciliation produces: the ifb and its tbf
 # exist before traffic is redirected to it, and the redirect is gone before the ifb.
-_ORDER: tuple[type, ...] = (
+_ORDER: tuple[type[Action], ...] = (
     CreateIfb,
     UpdateIfb,
     AddIngressQdisc,
@@ -312,29 +215,14 @@ def _rank(action: Action) -> tuple[int, int]:
 class Ownership(Value):
     """What this attachment created on a device it does not own (kept in a state file)."""
 
-    __slots__ = ("device_tbf", "ingress_qdisc")
-
-    device_tbf: bool
-    ingress_qdisc: bool
-
-    def __init__(self, device_tbf: bool = False, ingress_qdisc: bool = False) -> None:
-        self.device_tbf = device_tbf
-        self.ingress_qdisc = ingress_qdisc
+    device_tbf: bool = False
+    ingress_qdisc: bool = False
 
 
 class Reconciliation(Value):
-    __slots__ = ("actions", "kept", "ownership")
-
     actions: tuple[Action, ...]
     ownership: Ownership
-    kept: tuple[str, ...]  # foreign objects left alone, for the log
-
-    def __init__(
-        self, actions: tuple[Action, ...], ownership: Ownership, kept: tuple[str, ...] = ()
-    ) -> None:
-        self.actions = actions
-        self.ownership = ownership
-        self.kept = kept
+    kept: tuple[str, ...] = ()  # foreign objects left alone, for the log
 
 
 # ---------------------------------------------------------------------------- reconcile
@@ -346,25 +234,11 @@ def _ifb_is_ours(ifb: IfbState | None, alias: str) -> bool:
     return ifb is not None and ifb.link.kind == "ifb" and ifb.link.alias in ("", alias)
 
 
-def _describe_ifb_owner(ifb: IfbState) -> str:
-    if ifb.link.kind != "ifb":
-        return f"a {ifb.link.kind or 'non-ifb'} device named {ifb.link.name} exists"
-    return f"ifb {ifb.link.name} belongs to {ifb.link.alias!r}"
-
-
 class _FilterGroup(Value):
-    __slots__ = ("kind", "prio", "protocol", "rules")
-
     prio: int
     kind: str
     protocol: int
     rules: tuple[Filter, ...]
-
-    def __init__(self, prio: int, kind: str, protocol: int, rules: tuple[Filter, ...]) -> None:
-        self.prio = prio
-        self.kind = kind
-        self.protocol = protocol
-        self.rules = rules
 
     def describe(self) -> str:
         return f"{self.kind} filter prio {self.prio}"
@@ -404,15 +278,6 @@ def _group_is_wanted(group: _FilterGroup, ifb_index: int | None) -> bool:
     )
 
 
-def _root_is_ours(root: Qdisc | None) -> bool:
-    return root is not None and root.kind == "tbf" and root.handle == TBF_HANDLE
-
-
-def _root_is_default(root: Qdisc | None) -> bool:
-    # The kernel's own root qdiscs (noqueue, pfifo_fast, fq_codel, mq) have handle 0.
-    return root is None or root.handle == 0
-
-
 def reconcile(
     plan: Plan, observed: Observed, owned: Ownership, *, ifb: str, alias: str
 ) -> Reconciliation:
@@ -434,7 +299,12 @@ def reconcile(
             actions.append(CreateIfb(ifb, plan.ifb.mtu, plan.ifb.alias))
             actions.append(SetTbf(ifb, plan.ifb.tbf))
         elif not ifb_ours:
-            conflicts.append(_describe_ifb_owner(observed.ifb))
+            link = observed.ifb.link
+            conflicts.append(
+                f"ifb {link.name} belongs to {link.alias!r}"
+                if link.kind == "ifb"
+                else f"a {link.kind or 'non-ifb'} device named {link.name} exists"
+            )
         else:
             link = observed.ifb.link
             if link.mtu != plan.ifb.mtu or link.alias != plan.ifb.alias or not link.up:
@@ -481,19 +351,21 @@ def reconcile(
 
         # -- the tbf on the device itself
         root = device.root
+        root_ours = root is not None and root.kind == "tbf" and root.handle == TBF_HANDLE
         if plan.device_tbf is not None:
-            if _root_is_ours(root) and root is not None and root.tbf == plan.device_tbf.params:
-                pass
-            elif _root_is_ours(root) or _root_is_default(root):
+            # The kernel's own root qdiscs (noqueue, pfifo_fast, fq_codel, mq) have handle 0.
+            if root is None or root.handle == 0:
                 actions.append(SetTbf("", plan.device_tbf))
-            elif root is not None:
+            elif not root_ours:
                 conflicts.append(
                     f"{plan.device} already has root qdisc {root.describe()} that bandwidth "
                     "did not create; remove it or shape this attachment another way"
                 )
+            elif root.tbf != plan.device_tbf.params:
+                actions.append(SetTbf("", plan.device_tbf))
             device_tbf_owned = True
         else:
-            if device_tbf_owned and _root_is_ours(root) and root is not None:
+            if device_tbf_owned and root is not None and root_ours:
                 actions.append(DeleteRootQdisc(root.kind))
             device_tbf_owned = False
 

@@ -29,18 +29,6 @@ def store() -> AttachmentStore:
 
 
 class Record(Value):
-    __slots__ = (
-        "container_id",
-        "device",
-        "device_index",
-        "ifb",
-        "ifname",
-        "mode",
-        "netns",
-        "network",
-        "ownership",
-    )
-
     network: str
     container_id: str
     ifname: str
@@ -50,28 +38,6 @@ class Record(Value):
     netns: str  # the container netns (where CONTAINER mode shapes)
     ifb: str
     ownership: Ownership
-
-    def __init__(
-        self,
-        network: str,
-        container_id: str,
-        ifname: str,
-        mode: str,
-        device: str,
-        device_index: int,
-        netns: str,
-        ifb: str,
-        ownership: Ownership,
-    ) -> None:
-        self.network = network
-        self.container_id = container_id
-        self.ifname = ifname
-        self.mode = mode
-        self.device = device
-        self.device_index = device_index
-        self.netns = netns
-        self.ifb = ifb
-        self.ownership = ownership
 
     @staticmethod
     def file_name(network: str, container_id: str, ifname: str) -> str:

@@ -1,24 +1,14 @@
 """tbf arithmetic: from a configured rate and burst to the numbers the kernel stores (pure).
 
 tbf keeps the burst not in bytes but as `buffer`, the time the burst takes at the rate, in
-psched ticks, in a 32-bit field; its queue `limit` is a 32-bit byte count. Upstream
-computes limit = rate x latency + burst with a latency of 25 ms, and so do we. The rate
-itself is 64-bit: 2^32 bytes/s (34.4 Gbit/s) and above travel in TCA_TBF_RATE64 (tc.py).
+psched ticks, in a 32-bit field; its queue `limit` is a 32-bit byte count (upstream's
+rate x 25 ms + burst). The buffer is computed exactly the way pyroute2 computes it from a
+burst (`calc_xmittime`), so that CHECK can compare the kernel's value with ours exactly.
 
-The buffer is computed exactly the way pyroute2 computes it from a burst
-(`calc_xmittime`), so that CHECK can compare the kernel's value with ours exactly.
-
-Where upstream sends the kernel something that cannot work, we adjust and log (`note`):
-* kubelet/containerd send a burst of 2^32-1 bits when the pod sets none. At low rates
-  its transmit time overflows the 32-bit buffer (Go wraps it around silently, giving a
-  random burst). We clamp the burst to the largest that fits.
-* a burst smaller than one full frame (the CNI docs' examples use 456 and 1600 bits):
-  Go installs it, and tbf then drops every frame larger than the burst, i.e. nearly all
-  traffic. We raise it to the smallest burst that lets one full frame through.
-* above ~1.37 Tbit/s rate x 25 ms alone exceeds the 32-bit queue limit (Go's uint32
-  conversion wraps it): we clamp the limit to 2^32-1 bytes.
-A rate so small that even the largest buffer cannot hold one full frame stays an error:
-no burst would make such a tbf pass full-size traffic.
+Where upstream sends the kernel something that cannot work (a burst whose transmit time
+overflows the buffer, a burst smaller than one frame, a queue limit above 32 bits), we
+adjust and log (`note`); a rate at which no burst passes one full frame stays an error.
+The cases and their figures: docs/bandwidth.md#configuration.
 """
 
 from __future__ import annotations
@@ -27,6 +17,10 @@ from bandwidth.config import Limit
 from bandwidth.model import Tbf
 from common.errors import invalid_config
 from common.values import Value
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 U32_MAX = (1 << 32) - 1
 TIME_UNITS_PER_SEC = 1_000_000
@@ -41,12 +35,7 @@ RTAB_LAST_CELL = 2048
 class Psched(Value):
     """The kernel's tick length, from /proc/net/psched (as pyroute2 and tc read it)."""
 
-    __slots__ = ("tick_in_usec",)
-
-    tick_in_usec: float  # ticks per microsecond on every current kernel
-
-    def __init__(self, tick_in_usec: float = 15.625) -> None:
-        self.tick_in_usec = tick_in_usec
+    tick_in_usec: float = 15.625  # ticks per microsecond on every current kernel
 
     @classmethod
     def parse(cls, text: str) -> Psched:
@@ -78,8 +67,6 @@ def burst_in_kernel(rate: int, burst: int, psched: Psched) -> int:
 def min_burst(rate: int, packet: int, psched: Psched) -> int:
     """The smallest burst (bytes) that lets a `packet`-byte frame through at `rate`
     (which must allow one at all: max_frame(rate) >= packet)."""
-    if max_frame(rate) < packet:
-        raise ValueError(f"no burst lets a {packet}-byte frame through at {rate} B/s")
     micros = -(-packet * TIME_UNITS_PER_SEC // rate)  # whole microseconds one frame takes
     while True:  # one or two more when the truncation to ticks (or floats) cost a byte
         burst = -(-micros * rate // TIME_UNITS_PER_SEC)
@@ -96,19 +83,10 @@ def queue_limit(rate: int, burst: int) -> int:
 def max_burst(rate: int, psched: Psched) -> int:
     """The largest burst (bytes) whose buffer fits in 32 bits, and whose queue limit does
     too where rate x latency leaves room for one (below ~1.37 Tbit/s)."""
-    hi = U32_MAX - int(rate * LATENCY_US / TIME_UNITS_PER_SEC)
-    if hi <= 0:
-        hi = U32_MAX  # the limit is clamped anyway (make_tbf); the kernel's burst is a u32
-    if xmittime(rate, hi, psched) <= U32_MAX:
-        return hi
-    lo = 0  # invariant: xmittime(lo) fits, xmittime(hi) does not
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if xmittime(rate, mid, psched) <= U32_MAX:
-            lo = mid
-        else:
-            hi = mid
-    return lo
+    most = U32_MAX - queue_limit(rate, 0)
+    if most <= 0:
+        most = U32_MAX  # the limit is clamped anyway (make_tbf); the kernel's burst is a u32
+    return _least(0, most + 1, lambda burst: xmittime(rate, burst, psched) > U32_MAX) - 1
 
 
 def _expressible(rate: int, packet: int, psched: Psched) -> bool:
@@ -119,14 +97,20 @@ def _expressible(rate: int, packet: int, psched: Psched) -> bool:
 
 def min_rate_bits(packet: int, psched: Psched) -> int:
     """The smallest rate (bit/s) at which tbf can still pass a `packet`-byte frame."""
-    lo, hi = 0, 1 << 32  # bytes/s; hi is always expressible for any packet we see
+    # 2^32 bytes/s is always expressible for any packet we see
+    return _least(0, 1 << 32, lambda rate: _expressible(rate, packet, psched)) * 8
+
+
+def _least(lo: int, hi: int, holds: Callable[[int], bool]) -> int:
+    """The least x in (lo, hi] for which `holds`, a condition that stays true once it
+    is (bisection; hi when it holds for nothing before)."""
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if _expressible(mid, packet, psched):
+        if holds(mid):
             hi = mid
         else:
             lo = mid
-    return hi * 8
+    return hi
 
 
 def make_tbf(limit: Limit, mtu: int, where: str, psched: Psched) -> tuple[Tbf, str]:

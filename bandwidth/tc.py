@@ -1,19 +1,17 @@
-"""The one place bandwidth talks to the kernel: links, qdiscs and filters via pyroute2.
+"""The one place bandwidth talks to the kernel: links, qdiscs and filters.
 
-`Rtnl` is an rtnetlink socket bound to one network namespace. It reads the kernel into
-the plain values of `bandwidth.model` (`observe`) and carries out the actions a
-`plan.reconcile` produced (`apply`). No decisions are taken here. Messages are built,
-encoded and decoded by pyroute2's `ifinfmsg` / `tcmsg` and its tc modules (tbf rate
-tables, u32 selectors, mirred actions); `common.rtnl` explains why they travel on a
-small blocking socket rather than through `IPRoute`.
+`Rtnl` reads the kernel of one network namespace into the values of `bandwidth.model`
+(`observe`) and carries out the actions of a `plan.reconcile` (`apply`), deciding nothing.
+pyroute2's `ifinfmsg` / `tcmsg` and tc modules encode and decode the messages (tbf rate
+tables, u32 selectors, mirred actions); `common.rtnl` carries them.
 """
 
 from __future__ import annotations
 
 import errno
 from _socket import htons, ntohs
-from contextlib import contextmanager
 
+from bandwidth import plan
 from bandwidth.model import (
     ETH_P_ALL,
     FILTER_PRIO,
@@ -30,58 +28,27 @@ from bandwidth.model import (
     Qdisc,
     TbfParams,
 )
-from bandwidth.plan import (
-    Action,
-    AddIngressQdisc,
-    AddRedirect,
-    CreateIfb,
-    DeleteFilters,
-    DeleteIfb,
-    DeleteIngressQdisc,
-    DeleteRootQdisc,
-    SetTbf,
-    UpdateIfb,
-)
-from bandwidth.tbf import Psched
+from bandwidth.tbf import U32_MAX, Psched
+from common import rtnl
 from common.errors import KERNEL_FAILURE, CniError
 from common.netns import entered
-from common.rtnl import (
-    NETLINK_ROUTE,
-    NLM_F_CREATE,
-    NLM_F_ECHO,
-    NLM_F_EXCL,
-    NLM_F_REPLACE,
-    RTM_DELLINK,
-    RTM_DELQDISC,
-    RTM_DELTFILTER,
-    RTM_GETLINK,
-    RTM_GETQDISC,
-    RTM_GETTFILTER,
-    RTM_NEWLINK,
-    RTM_NEWQDISC,
-    RTM_NEWTFILTER,
-    NetlinkError,
-    NetlinkSocket,
-    RtnlSocket,
-)
+from common.rtnl import NetlinkError, RtnlSocket
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterator
     from typing import Any
 
 PSCHED = "/proc/net/psched"
 IFF_UP = 0x1
 TCA_EGRESS_REDIR = 1
 MATCH_ALL = ["0x0/0x0+0"]  # u32: 0 under mask 0 at offset 0, i.e. every packet
-CREATE = NLM_F_CREATE | NLM_F_EXCL
+CREATE = rtnl.NLM_F_CREATE | rtnl.NLM_F_EXCL
 # What the kernel answers when the object a request names is not there (any more): the
 # device (ENODEV: a host veth the kernel destroys a moment after its netns went), the
 # qdisc or filter (ENOENT; EINVAL for a qdisc the device never had). For a read that is
 # "none", for a delete "done". A create meeting them fails: it cannot do its job.
 GONE = (errno.ENODEV, errno.ENOENT, errno.EINVAL)
 
-U32_MAX = (1 << 32) - 1
 # tbf's attributes (linux/pkt_sched.h). pyroute2 maps only the first four; rates of
 # 2^32 bytes/s and more need TCA_TBF_RATE64 both ways (the kernel takes the larger of
 # it and tc_ratespec.rate, and dumps it for such rates, with U32_MAX in the ratespec).
@@ -243,7 +210,8 @@ def open_socket(netns: str) -> RtnlSocket:
 
 
 class Rtnl:
-    """An rtnetlink socket in one network namespace ("" = the one we run in)."""
+    """An rtnetlink socket in one network namespace ("" = the one we run in); closed when
+    the `with` block that opened it ends."""
 
     def __init__(self, netns: str = "") -> None:
         self.nl = open_socket(netns)
@@ -253,7 +221,10 @@ class Rtnl:
         # named by three actions in a row (alias, tbf, redirect), one lookup serves them.
         self.indexes: dict[str, int] = {}
 
-    def close(self) -> None:
+    def __enter__(self) -> Rtnl:
+        return self
+
+    def __exit__(self, *_: object) -> None:
         self.nl.close()
 
     def _request(self, *args: Any, tolerate: tuple[int, ...] = (), **kwargs: Any) -> list[Any]:
@@ -271,31 +242,26 @@ class Rtnl:
 
     # -- reading
 
-    def _get_link(self, index: int = 0, name: str = "") -> Link | None:
+    def link(self, name: str = "", index: int | None = 0) -> Link | None:
+        """The device named `name`, or else the one with ifindex `index`."""
+        if not name and (index or 0) <= 0:  # e.g. a mirred action whose target was deleted
+            return None
         msg = self.m.ifinfmsg()
         msg["index"] = index
         if name:
             msg["attrs"] = [["IFLA_IFNAME", name]]
         # EINVAL: a name the kernel cannot even look up (too long) names no device either
-        found = self._request(msg, RTM_GETLINK, tolerate=(errno.ENODEV, errno.EINVAL))
+        found = self._request(msg, rtnl.RTM_GETLINK, tolerate=(errno.ENODEV, errno.EINVAL))
         return _link(found[0]) if found else None
 
-    def link(self, name: str) -> Link | None:
-        return self._get_link(name=name)
-
-    def link_by_index(self, index: int) -> Link | None:
-        if index <= 0:  # e.g. a mirred action whose target device was deleted
-            return None
-        return self._get_link(index=index)
-
     def links(self) -> list[Link]:
-        return [_link(m) for m in self._request(self.m.ifinfmsg(), RTM_GETLINK, dump=True)]
+        return [_link(m) for m in self._request(self.m.ifinfmsg(), rtnl.RTM_GETLINK, dump=True)]
 
     def _get_qdisc(self, index: int, parent: int) -> Qdisc | None:
         # A GET for one parent rather than a dump: a dump lists every qdisc of every
         # device, hundreds on a busy node. The kernel answers a GET only with ECHO.
         msg = self._tcmsg(index, parent)
-        found = self._request(msg, RTM_GETQDISC, NLM_F_ECHO, tolerate=GONE)
+        found = self._request(msg, rtnl.RTM_GETQDISC, rtnl.NLM_F_ECHO, tolerate=GONE)
         return _qdisc(found[0]) if found else None
 
     def device_state(self, link: Link) -> DeviceState:
@@ -306,7 +272,7 @@ class Rtnl:
         if state.ingress is None:
             return state
         msg = self._tcmsg(link.index, state.filter_parent)
-        filters = self._request(msg, RTM_GETTFILTER, dump=True, tolerate=GONE)
+        filters = self._request(msg, rtnl.RTM_GETTFILTER, dump=True, tolerate=GONE)
         return DeviceState(link, qdiscs, tuple(_filter(m) for m in filters))
 
     def observe(self, device: Link | None, ifb: str) -> Observed:
@@ -317,9 +283,7 @@ class Rtnl:
             if ifb_link is not None:
                 ifb_state = IfbState(ifb_link, self._get_qdisc(ifb_link.index, TC_H_ROOT))
             targets = {f.redirect_to for f in state.filters} if state else set()
-            live = frozenset(
-                t for t in targets if t is not None and self.link_by_index(t) is not None
-            )
+            live = frozenset(t for t in targets if t is not None and self.link(index=t) is not None)
         except (NetlinkError, TimeoutError) as e:
             raise CniError(KERNEL_FAILURE, "reading links and qdiscs failed", str(e)) from None
         return Observed(state, ifb_state, live)
@@ -335,21 +299,21 @@ class Rtnl:
         self.indexes[name] = link.index
         return link.index
 
-    def apply(self, actions: tuple[Action, ...], device: Link | None) -> None:
+    def apply(self, actions: tuple[plan.Action, ...], device: Link | None) -> None:
         for action in actions:
             try:
                 self._apply_one(action, device)
             except (NetlinkError, TimeoutError) as e:
-                raise CniError(KERNEL_FAILURE, f"{_describe(action)} failed", str(e)) from None
+                raise CniError(KERNEL_FAILURE, f"{type(action).__name__} failed", str(e)) from None
 
     def _set_link(self, index: int, **attrs: Any) -> None:
         msg = self.m.ifinfmsg()
         msg["index"], msg["flags"], msg["change"] = index, IFF_UP, IFF_UP  # and bring it up
         msg["attrs"] = [[name, value] for name, value in attrs.items()]
-        self._request(msg, RTM_NEWLINK)
+        self._request(msg, rtnl.RTM_NEWLINK)
 
-    def _apply_one(self, action: Action, device: Link | None) -> None:
-        if isinstance(action, CreateIfb):
+    def _apply_one(self, action: plan.Action, device: Link | None) -> None:
+        if isinstance(action, plan.CreateIfb):
             self.indexes.pop(action.name, None)
             msg = self.m.ifinfmsg()
             msg["attrs"] = [
@@ -357,41 +321,41 @@ class Rtnl:
                 ["IFLA_MTU", action.mtu],
                 ["IFLA_LINKINFO", {"attrs": [["IFLA_INFO_KIND", "ifb"]]}],
             ]
-            self._request(msg, RTM_NEWLINK, CREATE)
+            self._request(msg, rtnl.RTM_NEWLINK, CREATE)
             # The kernel ignores IFLA_IFALIAS when it creates a link: set it afterwards.
             self._set_link(self._index(action.name), IFLA_IFALIAS=action.alias)
-        elif isinstance(action, UpdateIfb):
+        elif isinstance(action, plan.UpdateIfb):
             index = self._index(action.name)
             self._set_link(index, IFLA_MTU=action.mtu, IFLA_IFALIAS=action.alias)
-        elif isinstance(action, DeleteIfb):
+        elif isinstance(action, plan.DeleteIfb):
             self.indexes.pop(action.name, None)
             link = self.link(action.name)
             if link is not None:
                 msg = self.m.ifinfmsg()
                 msg["index"] = link.index
-                self._request(msg, RTM_DELLINK, tolerate=GONE)
-        elif isinstance(action, SetTbf):
+                self._request(msg, rtnl.RTM_DELLINK, tolerate=GONE)
+        elif isinstance(action, plan.SetTbf):
             target = self._index(action.ifb) if action.ifb else _need(device).index
             tbf = action.tbf
             options = tbf_options(tbf.rate, tbf.buffer, tbf.limit)
             msg = self._tcmsg(target, TC_H_ROOT, TBF_HANDLE)
             msg["attrs"] = [["TCA_KIND", "tbf"], ["TCA_OPTIONS", options]]
-            self._request(msg, RTM_NEWQDISC, NLM_F_CREATE | NLM_F_REPLACE)
-        elif isinstance(action, DeleteRootQdisc):
+            self._request(msg, rtnl.RTM_NEWQDISC, rtnl.NLM_F_CREATE | rtnl.NLM_F_REPLACE)
+        elif isinstance(action, plan.DeleteRootQdisc):
             msg = self._tcmsg(_need(device).index, TC_H_ROOT)
-            self._request(msg, RTM_DELQDISC, tolerate=GONE)
-        elif isinstance(action, AddIngressQdisc):
+            self._request(msg, rtnl.RTM_DELQDISC, tolerate=GONE)
+        elif isinstance(action, plan.AddIngressQdisc):
             msg = self._tcmsg(_need(device).index, TC_H_INGRESS, INGRESS_HANDLE)
             msg["attrs"] = [["TCA_KIND", "ingress"]]
-            self._request(msg, RTM_NEWQDISC, CREATE, tolerate=(errno.EEXIST,))
-        elif isinstance(action, DeleteIngressQdisc):
+            self._request(msg, rtnl.RTM_NEWQDISC, CREATE, tolerate=(errno.EEXIST,))
+        elif isinstance(action, plan.DeleteIngressQdisc):
             msg = self._tcmsg(_need(device).index, TC_H_INGRESS, INGRESS_HANDLE)
-            self._request(msg, RTM_DELQDISC, tolerate=GONE)
-        elif isinstance(action, DeleteFilters):
+            self._request(msg, rtnl.RTM_DELQDISC, tolerate=GONE)
+        elif isinstance(action, plan.DeleteFilters):
             info = (action.prio << 16) | htons(action.protocol)
             msg = self._tcmsg(_need(device).index, action.parent, info=info)
-            self._request(msg, RTM_DELTFILTER, tolerate=GONE)
-        elif isinstance(action, AddRedirect):
+            self._request(msg, rtnl.RTM_DELTFILTER, tolerate=GONE)
+        elif isinstance(action, plan.AddRedirect):
             redirect = {"kind": "mirred", "direction": "egress", "action": "redirect",
                         "ifindex": self._index(action.ifb)}  # fmt: skip
             options = self.m.cls_u32.get_parameters(
@@ -400,11 +364,7 @@ class Rtnl:
             info = (FILTER_PRIO << 16) | htons(ETH_P_ALL)
             msg = self._tcmsg(_need(device).index, action.parent, info=info)
             msg["attrs"] = [["TCA_KIND", "u32"], ["TCA_OPTIONS", options]]
-            self._request(msg, RTM_NEWTFILTER, CREATE)
-
-
-def _describe(action: Action) -> str:
-    return type(action).__name__
+            self._request(msg, rtnl.RTM_NEWTFILTER, CREATE)
 
 
 def _need(device: Link | None) -> Link:
@@ -413,25 +373,17 @@ def _need(device: Link | None) -> Link:
     return device
 
 
-@contextmanager
-def rtnl(netns: str = "") -> Iterator[Rtnl]:
-    sock = Rtnl(netns)
-    try:
-        yield sock
-    finally:
-        sock.close()
-
-
 def netlink_answers() -> None:
     """STATUS: rtnetlink answers a GET of `lo` (ifindex 1 in every netns), asked in plain
     bytes so that a status poll does not load pyroute2's message classes (~30 ms, the
     bulk of a poll). Raises OSError when it does not."""
     import struct
 
-    with NetlinkSocket(NETLINK_ROUTE) as nl:
+    with rtnl.NetlinkSocket(rtnl.NETLINK_ROUTE) as nl:
         ifinfomsg = struct.pack("=BxHiII", 0, 0, 1, 0, 0)  # family, type, index 1, flags, change
         kinds = [
-            struct.unpack_from("=H", reply, 4)[0] for reply in nl.request(RTM_GETLINK, 0, ifinfomsg)
+            struct.unpack_from("=H", reply, 4)[0]
+            for reply in nl.request(rtnl.RTM_GETLINK, 0, ifinfomsg)
         ]
-    if kinds != [RTM_NEWLINK]:
+    if kinds != [rtnl.RTM_NEWLINK]:
         raise OSError(errno.EPROTO, f"unexpected rtnetlink answer (types {kinds})")

@@ -5,21 +5,9 @@ from __future__ import annotations
 
 from contextlib import ExitStack
 
-from bandwidth import config, record
+from bandwidth import config, plan, record
 from bandwidth.model import CONTAINER, HOST, Link
-from bandwidth.plan import (
-    DeleteIfb,
-    Ownership,
-    Placement,
-    Plan,
-    alias_owner,
-    build,
-    differences,
-    ifb_alias,
-    ifb_name,
-    locate,
-    reconcile,
-)
+from bandwidth.plan import Ownership, Placement, Plan
 from bandwidth.record import Record
 from common.errors import (
     CHECK_FAILED,
@@ -33,12 +21,12 @@ from common.gc import AttachmentId, valid_attachments
 from common.netns import exists
 from common.result import Interface, Result
 from common.skel import Request
-from common.values import Value
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from bandwidth.model import Observed
     from bandwidth.tc import Rtnl
+    from common.state import Owner
 
 
 def _prev_result(request: Request) -> Result:
@@ -51,9 +39,20 @@ def _prev_result(request: Request) -> Result:
     return prev
 
 
-def _placement(request: Request, prev: Result, ctr: Rtnl, host: Rtnl, gone: int) -> Placement:
-    """`gone`: the code when the interface is not there; for ADD a config error (nothing
+def _locate_and_plan(
+    request: Request, cfg: config.BandwidthConfig, stack: ExitStack, gone: int = INVALID_CONFIG
+) -> tuple[Placement, Plan, Rtnl]:
+    """Open the sockets, find where to shape, build the plan: shared by ADD and CHECK.
+    Returns the placement, the plan and the socket of the netns where it is shaped.
+
+    `gone`: the code when the interface is not there; for ADD a config error (nothing
     to shape yet), for CHECK a finding (what was shaped went away, e.g. with its netns)."""
+    from bandwidth import tc
+
+    prev = _prev_result(request)
+    psched = tc.read_psched()
+    ctr = stack.enter_context(tc.Rtnl(request.netns))
+    host = stack.enter_context(tc.Rtnl())
     container_if = ctr.link(request.ifname)
     if container_if is None:
         raise CniError(
@@ -65,57 +64,23 @@ def _placement(request: Request, prev: Result, ctr: Rtnl, host: Rtnl, gone: int)
         )
     peer = None
     if container_if.kind == "veth" and container_if.peer_index:
-        peer = host.link_by_index(container_if.peer_index)
+        peer = host.link(index=container_if.peer_index)
         if peer is None and gone != INVALID_CONFIG:
             raise CniError(
                 gone,
                 f"the host side of veth {request.ifname} is gone",
                 "the kernel destroys the pair when either end goes; the runtime should DEL it",
             )
-    return locate(container_if, peer, prev, request.ifname)
+    placement = plan.locate(container_if, peer, prev, request.ifname)
+    want = plan.build(cfg, placement, *_names(request), psched)
+    return placement, want, host if placement.mode == HOST else ctr
 
 
-class Located(Value):
-    """Where one attachment is shaped, what it should look like, and the socket there."""
-
-    __slots__ = ("placement", "plan", "sock")
-
-    placement: Placement
-    plan: Plan
-    sock: Rtnl
-
-    def __init__(self, placement: Placement, plan: Plan, sock: Rtnl) -> None:
-        self.placement = placement
-        self.plan = plan
-        self.sock = sock
-
-
-def _locate_and_plan(
-    request: Request, cfg: config.BandwidthConfig, stack: ExitStack, gone: int = INVALID_CONFIG
-) -> Located:
-    """Open the sockets, find where to shape, build the plan: shared by ADD and CHECK."""
-    from bandwidth import tc
-
-    prev = _prev_result(request)
-    psched = tc.read_psched()
-    ctr = stack.enter_context(tc.rtnl(request.netns))
-    host = stack.enter_context(tc.rtnl())
-    placement = _placement(request, prev, ctr, host, gone)
-    plan = build(
-        cfg,
-        placement,
-        network=request.network,
-        container_id=request.container_id,
-        ifname=request.ifname,
-        psched=psched,
-    )
-    return Located(placement, plan, host if placement.mode == HOST else ctr)
-
-
-def _names(request: Request) -> tuple[str, str]:
+def _names(owner: Owner) -> tuple[str, str]:
+    """The attachment's ifb: its name and its alias."""
     return (
-        ifb_name(request.network, request.container_id),
-        ifb_alias(request.network, request.container_id, request.ifname),
+        plan.ifb_name(owner.network, owner.container_id),
+        plan.ifb_alias(owner.network, owner.container_id, owner.ifname),
     )
 
 
@@ -129,23 +94,24 @@ def add(request: Request) -> Result | None:
     ifb, alias = _names(request)
     states = record.store()
     with ExitStack() as stack:
-        where = _locate_and_plan(request, cfg, stack)
-        device, sock = where.placement.device, where.sock
-        for note in where.plan.notes:
+        placement, want, sock = _locate_and_plan(request, cfg, stack)
+        device = placement.device
+        for note in want.notes:
             request.log.warning(note)
         with states.lock():
             previous: Record | None = states.load(request)
             owned = Ownership()
             if previous is not None and previous.device_index == device.index:
                 owned = previous.ownership
-            result = reconcile(where.plan, sock.observe(device, ifb), owned, ifb=ifb, alias=alias)
+            observed = sock.observe(device, ifb)
+            result = plan.reconcile(want, observed, owned, ifb=ifb, alias=alias)
             for kept in result.kept:
                 request.log.info(f"kept {kept}")
             new = Record(
                 network=request.network,
                 container_id=request.container_id,
                 ifname=request.ifname,
-                mode=where.placement.mode,
+                mode=placement.mode,
                 device=device.name,
                 device_index=device.index,
                 netns=request.netns,
@@ -158,34 +124,32 @@ def add(request: Request) -> Result | None:
             try:
                 sock.apply(result.actions, device)
             except CniError:
-                # The record goes only once the undo worked: otherwise DEL still needs it
-                # to know what this attachment owns (e.g. the tbf on the host veth).
-                if _undo(sock, device, new, request):
+                # Undo, so that nothing is half-done. The record goes only once that worked:
+                # otherwise DEL still needs it to know what this attachment owns (e.g. the
+                # tbf on the host veth).
+                try:
+                    _remove(sock, placement.mode, device, result.ownership, ifb, alias)
+                except CniError as e:
+                    request.log.error(f"could not undo a failed ADD (DEL will finish it): {e}")
+                else:
                     states.forget(request)
                 raise
             # Rewritten once done: a GC that started meanwhile sees a new file and leaves
             # this attachment to the next GC (see common/gc.py).
             states.save(request, new)
             done = ", ".join(type(a).__name__ for a in result.actions) or "nothing to change"
-            request.log.info(f"shaping on {where.placement.mode} device {device.name}: {done}")
-        ifb_link = sock.link(ifb) if where.plan.ifb is not None else None
-    return _report(_prev_result(request), where.placement, ifb_link, request.netns)
+            request.log.info(f"shaping on {placement.mode} device {device.name}: {done}")
+        ifb_link = sock.link(ifb) if want.ifb is not None else None
+    return _report(_prev_result(request), placement, ifb_link, request.netns)
 
 
-def _undo(sock: Rtnl, device: Link, rec: Record, request: Request) -> bool:
-    """After a failed ADD: remove what this attachment owns, so nothing is half-done.
-    Returns whether that worked."""
-    try:
-        observed = sock.observe(device, rec.ifb)
-        alias = ifb_alias(rec.network, rec.container_id, rec.ifname)
-        result = reconcile(
-            Plan(rec.mode, device.name), observed, rec.ownership, ifb=rec.ifb, alias=alias
-        )
-        sock.apply(result.actions, device)
-    except CniError as e:
-        request.log.error(f"could not undo a failed ADD (DEL will finish it): {e}")
-        return False
-    return True
+def _remove(
+    sock: Rtnl, mode: str, device: Link | None, owned: Ownership, ifb: str, alias: str
+) -> None:
+    """Take away what the attachment owns on `device` (None: gone) and its ifb."""
+    empty = Plan(mode, device.name if device is not None else "")
+    result = plan.reconcile(empty, sock.observe(device, ifb), owned, ifb=ifb, alias=alias)
+    sock.apply(result.actions, device)
 
 
 def _report(prev: Result, placement: Placement, ifb: Link | None, netns: str) -> Result:
@@ -218,27 +182,22 @@ def _teardown(host: Rtnl, rec: Record | None, netns: str, ifname: str, *, ifb: s
         owned = rec.ownership if rec is not None else Ownership()
         netns = (rec.netns if rec is not None else "") or netns
         ctr = _open_netns(stack, netns) if rec is None or rec.mode == CONTAINER else None
-        if rec is not None and rec.mode == CONTAINER:
-            if ctr is None:
-                return  # gone with the netns: the ifb and the qdiscs lived there
-            mode, sock = CONTAINER, ctr
+        if rec is not None:
+            if rec.mode == CONTAINER:
+                if ctr is None:
+                    return  # gone with the netns: the ifb and the qdiscs lived there
+                mode, sock = CONTAINER, ctr
             link = sock.link(rec.device)
-            device = link if link is not None and link.index == rec.device_index else None
-        elif rec is not None:
-            link = host.link(rec.device)
             device = link if link is not None and link.index == rec.device_index else None
         elif ctr is not None:
             container_if = ctr.link(ifname)
             if container_if is not None and container_if.kind != "veth":
                 mode, sock, device = CONTAINER, ctr, container_if
             elif container_if is not None and container_if.peer_index:
-                peer = host.link_by_index(container_if.peer_index)
+                peer = host.link(index=container_if.peer_index)
                 if peer is not None and peer.peer_index == container_if.index:
                     device = peer
-        observed = sock.observe(device, ifb)
-        plan = Plan(mode, device.name if device is not None else "")
-        result = reconcile(plan, observed, owned, ifb=ifb, alias=alias)
-        sock.apply(result.actions, device)
+        _remove(sock, mode, device, owned, ifb, alias)
 
 
 def _open_netns(stack: ExitStack, netns: str) -> Rtnl | None:
@@ -248,7 +207,7 @@ def _open_netns(stack: ExitStack, netns: str) -> Rtnl | None:
     if not exists(netns):
         return None
     try:
-        return stack.enter_context(tc.rtnl(netns))
+        return stack.enter_context(tc.Rtnl(netns))
     except CniError as e:
         if e.code == INVALID_NETNS:  # e.g. the path exists but is no longer a netns
             return None
@@ -260,7 +219,7 @@ def delete(request: Request) -> None:
 
     ifb, alias = _names(request)
     states = record.store()
-    with states.lock(), tc.rtnl() as host:
+    with states.lock(), tc.Rtnl() as host:
         rec = states.load(request)
         _teardown(host, rec, request.netns, request.ifname, ifb=ifb, alias=alias)
         if rec is not None:
@@ -275,21 +234,20 @@ def gc(request: Request) -> None:
     network = request.network
     states = record.store()
     before = states.stamps()
-    with states.lock(), tc.rtnl() as host:
+    with states.lock(), tc.Rtnl() as host:
         stale, in_flight = states.sweep(network, valid, before)
         for rec in in_flight:
             valid.add(AttachmentId(rec.container_id, rec.ifname))  # its ifb too, below
             request.log.info(f"gc: kept {rec.container_id}/{rec.ifname}: its ADD was running")
         for rec in stale:
-            alias = ifb_alias(rec.network, rec.container_id, rec.ifname)
-            _teardown(host, rec, "", rec.ifname, ifb=rec.ifb, alias=alias)
+            _teardown(host, rec, "", rec.ifname, ifb=rec.ifb, alias=_names(rec)[1])
             states.forget(rec)
             request.log.info(f"gc: removed shaping of {rec.container_id}/{rec.ifname}")
         # ifbs whose state file is gone still name their owner in their alias.
         for link in host.links():
-            owner = alias_owner(link.alias, network) if link.kind == "ifb" else None
+            owner = plan.alias_owner(link.alias, network) if link.kind == "ifb" else None
             if owner is not None and AttachmentId(*owner) not in valid:
-                host.apply((DeleteIfb(link.name),), None)
+                host.apply((plan.DeleteIfb(link.name),), None)
                 request.log.info(f"gc: deleted ifb {link.name} of {owner[0]}/{owner[1]}")
 
 
@@ -303,8 +261,8 @@ def check(request: Request) -> None:
         return
     ifb, _ = _names(request)
     with ExitStack() as stack:
-        where = _locate_and_plan(request, cfg, stack, gone=CHECK_FAILED)
-        problems = differences(where.plan, _observe_for_check(where, ifb))
+        placement, want, sock = _locate_and_plan(request, cfg, stack, gone=CHECK_FAILED)
+        problems = plan.differences(want, _observe_for_check(sock, placement, ifb))
     if problems:
         raise CniError(
             CHECK_FAILED,
@@ -313,18 +271,18 @@ def check(request: Request) -> None:
         )
 
 
-def _observe_for_check(where: Located, ifb: str) -> Observed:
+def _observe_for_check(sock: Rtnl, placement: Placement, ifb: str) -> Observed:
     """The device's qdiscs and filters; a device that vanished while being read (the
     kernel destroys a veth pair after its netns went) is a CHECK finding, not a failure."""
-    device = where.placement.device
+    device = placement.device
     try:
-        return where.sock.observe(device, ifb)
+        return sock.observe(device, ifb)
     except CniError:
-        if where.sock.link_by_index(device.index) is not None:
+        if sock.link(index=device.index) is not None:
             raise
     raise CniError(
         CHECK_FAILED,
-        f"{where.placement.mode} device {device.name} vanished while CHECK read it",
+        f"{placement.mode} device {device.name} vanished while CHECK read it",
         "it was deleted (with its netns?); the runtime should DEL the attachment",
     )
 

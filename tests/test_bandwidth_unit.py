@@ -339,14 +339,7 @@ BOTH = config.BandwidthConfig(
 
 
 def build(cfg: config.BandwidthConfig = BOTH, where: Placement | None = None) -> Plan:
-    return plan.build(
-        cfg,
-        where or Placement(HOST, HOST_VETH),
-        network=NET,
-        container_id=CID,
-        ifname=IFNAME,
-        psched=PSCHED,
-    )
+    return plan.build(cfg, where or Placement(HOST, HOST_VETH), IFB, ALIAS, PSCHED)
 
 
 IFB_LINK = Link(20, IFB, "ifb", 1500, alias=ALIAS)
