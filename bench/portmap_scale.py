@@ -227,7 +227,7 @@ class Flavour:
         out = {"flavour": self.name, "n": self.n, "add_ms": statistics.median(self.adds),
                "del_ms": statistics.median(self.dels), "peak_rss_kib": self.rss_kib,
                "adds": self.adds, "dels": self.dels}  # fmt: skip
-        if self.helper is not None:  # what a call adds in the forked worker (helper --stats)
+        if self.helper is not None:  # what a call adds in the forked worker (helper stats lines)
             stats = self.helper.worker_stats(self.seen)
             out["worker_private_kib"] = max((x["private_kb"] for x in stats), default=0)
             calls = len(self.adds) + len(self.dels)
