@@ -130,7 +130,8 @@ def _same_file(fd: int, path: str) -> bool:
 
 
 def preload() -> dict[str, Any]:
-    """Import what the three plugins' verbs use, so that workers start warm.
+    """Import what the three plugins' verbs use, so that workers start warm: each plugin's
+    table of contents and its hooks' preload (its verbs, and the common modules they use).
 
     Only imports: nothing here opens a socket, a table or a netns-bound context, so a
     worker in any namespace starts from a clean slate.
@@ -142,17 +143,6 @@ def preload() -> dict[str, Any]:
     for name, hooks in HOOKS.items():
         tables[name] = importlib.import_module(f"{name}.__main__").plugin()
         hooks.preload()
-    for module in (
-        "common.config",
-        "common.env",
-        "common.result",
-        "common.state",
-        "common.gc",
-        "common.netns",
-        "ipaddress",
-        "traceback",
-    ):
-        importlib.import_module(module)
     from common import digest
 
     digest.sha256_hex(b"")  # finds and caches the builtin hash constructors
@@ -162,11 +152,7 @@ def preload() -> dict[str, Any]:
 
 class Server:
     def __init__(
-        self,
-        path: str,
-        tables: dict[str, Any],
-        max_workers: int,
-        call_limit: float,
+        self, path: str, tables: dict[str, Any], max_workers: int, call_limit: float
     ) -> None:
         self.path = path
         self.tables = tables
