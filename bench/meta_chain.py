@@ -224,7 +224,7 @@ def report(impls: list[Impl], rounds: int, notes: list[str]) -> str:
             "worker out; the all-in row adds the CPU of the helper, its workers and spares "
             "(forks) over the timed rounds, divided by the rounds. "
             '"worker private" is its private memory at the end of the call '
-            "(the helper's --stats), what a call adds on top of the helper.\n\n"
+            "(the helper's stats lines), what a call adds on top of the helper.\n\n"
         )
         mem_rows = []
         for impl in helped:
@@ -243,7 +243,7 @@ def report(impls: list[Impl], rounds: int, notes: list[str]) -> str:
                 stats = [x for x in impl.worker if (x["plugin"], x["command"]) == (plugin, verb)]
                 row.append(median([x["ms"] for x in stats]))
             work_rows.append(row)
-        text += "## Time inside the worker (the helper's --stats: skel.run only), medians\n\n"
+        text += "## Time inside the worker (the helper's stats lines: skel.run only), medians\n\n"
         cols = [f"{i.name} worker ms" for i in helped]
         text += markdown_table(("call", *cols), work_rows) + "\n\n"
         text += "## The helper's memory after the run (helper + waiting spares)\n\n"

@@ -305,7 +305,7 @@ def report(cases: list[Case], impls: list[str], rounds: int, notes: list[str]) -
         helper_text = (
             "\n\nThe resident helper itself (one per host netns here, one per node in use), "
             f"after the run: VmRSS {rss:.1f} MiB, VmHWM {hwm:.1f} MiB (largest of "
-            f"{len(helpers)}). Worker columns come from the helper's --stats lines: the "
+            f"{len(helpers)}). Worker columns come from the helper's stats lines: the "
             "private memory (smaps_rollup Private_*) of the forked worker at the end of the "
             "call, i.e. what the call added, and its ru_maxrss, which counts every page it "
             "shares with the helper.\n"

@@ -25,10 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
-import tempfile
-import uuid
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -36,168 +33,44 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench import portmap_fill  # noqa: E402
+from bench.portmap_fill import fill_iptables, fill_nft  # noqa: E402
 from bench.util import (  # noqa: E402
     GO_BIN,
-    SYSTEM_PATH,
     Helper,
     Spawner,
     add_launcher_args,
-    build_spawner,
     header,
     helper_note,
     helper_unavailable,
     markdown_table,
-    our_plugins,
     quick_mode,
     resident_helper,
     results_dir,
-    rotated,
 )
 from common.netns import entered  # noqa: E402
-from portmap.config import Attachment  # noqa: E402
-from portmap.nft import T, skeleton_text  # noqa: E402
-from portmap.xtables import COMMENT_PREFIX, chain_name  # noqa: E402
 
 GO = str(GO_BIN / "portmap")
-NETWORK = "benchnet"
 FLAVOURS = ("go", "ours-nftables", "ours-iptables", "ours-nftables+helper")
-
-
-def sh(*argv: str, stdin: str | None = None) -> str:
-    p = subprocess.run(argv, input=stdin, capture_output=True, text=True, check=False)
-    if p.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv[:6])}... failed: {p.stderr[:500]}")
-    return p.stdout
-
-
-def ctr_ip(i: int) -> str:
-    return f"10.{100 + i // 65536}.{(i // 256) % 256}.{i % 256 or 1}"
-
-
-def conf(i: int, backend: str | None) -> dict[str, Any]:
-    raw: dict[str, Any] = {
-        "cniVersion": "1.0.0",
-        "name": NETWORK,
-        "type": "portmap",
-        "runtimeConfig": {
-            "portMappings": [{"hostPort": 10000 + i, "containerPort": 80, "protocol": "tcp"}]
-        },
-        "prevResult": {
-            "cniVersion": "1.0.0",
-            "interfaces": [{"name": "eth0", "sandbox": "/run/netns/x"}],
-            "ips": [{"address": f"{ctr_ip(i)}/16", "interface": 0}],
-        },
-    }
-    if backend:
-        raw["backend"] = backend
-    return raw
-
-
-# ---------------------------------------------------------------------------- bulk fill
-
-
-def fill_nft(ns: str, n: int, state_root: Path) -> None:
-    lines = skeleton_text()
-    lines += [f"add chain {T} masq4-p16", f"flush chain {T} masq4-p16"]
-    (state_root / "portmap").mkdir(parents=True, exist_ok=True)
-    claims, anys, masq, hairpin = [], [], [], []
-    for i in range(n):
-        att = Attachment(NETWORK, f"fill{i}", "eth0")
-        c = f'comment "{att.comment}"'
-        port, ip = 10000 + i, ctr_ip(i)
-        claims.append(f"0.0.0.0 . tcp . {port} {c}")
-        anys.append(f"tcp . {port} {c} : {ip} . 80")
-        masq.append(f"{ip} {c} : goto masq4-p16")
-        hairpin.append(f"10.{100 + i // 65536}.0.0 . {ip} {c}")
-        objs = [["any4", f"tcp . {port}"], ["claims4", f"0.0.0.0 . tcp . {port}"]]
-        record = {"network": NETWORK, "containerID": f"fill{i}", "ifname": "eth0",
-                  "backend": "nftables", "objects": objs, "committed": True}  # fmt: skip
-        (state_root / "portmap" / f"{att.tag}.json").write_text(json.dumps(record))
-    for name, items in (("claims4", claims), ("any4", anys), ("masq4", masq),
-                        ("hairpin4", hairpin)):  # fmt: skip
-        for k in range(0, len(items), 1000):
-            lines.append(f"add element {T} {name} {{ {', '.join(items[k : k + 1000])} }}")
-    sh("ip", "netns", "exec", ns, "nft", "-f", "-", stdin="\n".join(lines) + "\n")
-
-
-def _ipt_rules(n: int, go_style: bool) -> str:
-    out = ["*nat", ":CNI-HOSTPORT-DNAT - [0:0]", ":CNI-HOSTPORT-SETMARK - [0:0]",
-           ":CNI-HOSTPORT-MASQ - [0:0]"]  # fmt: skip
-    body = [
-        "-A PREROUTING -m addrtype --dst-type LOCAL -j CNI-HOSTPORT-DNAT",
-        "-A OUTPUT -m addrtype --dst-type LOCAL -j CNI-HOSTPORT-DNAT",
-        '-A POSTROUTING -m comment --comment "CNI portfwd requiring masquerade" '
-        "-j CNI-HOSTPORT-MASQ",
-        '-A CNI-HOSTPORT-SETMARK -m comment --comment "CNI portfwd masquerade mark" '
-        "-j MARK --set-xmark 0x2000/0x2000",
-        "-A CNI-HOSTPORT-MASQ -m mark --mark 0x2000/0x2000 -j MASQUERADE",
-    ]
-    for i in range(n):
-        port, ip = 10000 + i, ctr_ip(i)
-        if go_style:
-            import hashlib
-
-            chain = ("CNI-DN-" + hashlib.sha512(f"{NETWORK}fill{i}".encode()).hexdigest())[:28]
-            comment = f'dnat name: \\"{NETWORK}\\" id: \\"fill{i}\\"'
-            jump = (f'-A CNI-HOSTPORT-DNAT -p tcp -m comment --comment "{comment}" '
-                    f"-m multiport --dports {port} -j {chain}")  # fmt: skip
-        else:
-            att = Attachment(NETWORK, f"fill{i}", "eth0")
-            chain = chain_name(att)
-            jump = (f"-A CNI-HOSTPORT-DNAT -p tcp -m tcp --dport {port} -m comment "
-                    f'--comment "{COMMENT_PREFIX}{att.comment}" -j {chain}')  # fmt: skip
-        out.append(f":{chain} - [0:0]")
-        body += [
-            jump,
-            f"-A {chain} -s 10.{100 + i // 65536}.0.0/16 -p tcp -m tcp --dport {port} "
-            "-j CNI-HOSTPORT-SETMARK",
-            f"-A {chain} -s 127.0.0.1/32 -p tcp -m tcp --dport {port} -j CNI-HOSTPORT-SETMARK",
-            f"-A {chain} -p tcp -m tcp --dport {port} -j DNAT --to-destination {ip}:80",
-        ]
-    return "\n".join(out + body + ["COMMIT", ""])
-
-
-def fill_iptables(ns: str, n: int, go_style: bool) -> None:
-    restore = "iptables-nft-restore" if go_style else "iptables-legacy-restore"
-    sh("ip", "netns", "exec", ns, restore, "--noflush", stdin=_ipt_rules(n, go_style))
 
 
 # ---------------------------------------------------------------------------- measuring
 
 
-class Flavour:
-    """One implementation in its own netns holding N attachments (and a container netns)."""
+class Flavour(portmap_fill.Flavour):
+    """ours (nftables, iptables, nftables through the helper) or Go's portmap."""
 
     def __init__(self, name: str, n: int, our_bin: Path, workdir: Path) -> None:
-        self.name = name
-        self.n = n
-        tag = uuid.uuid4().hex[:8]
-        self.ns = f"cmpb-{name.replace('+', '-')}-{tag}"
-        self.ctr = f"cmpb-ctr-{tag}"
-        self.state = workdir / f"{name}-{n}"
-        self.exe = GO if name == "go" else str(our_bin / "portmap")
-        self.backend = None if name == "go" else name.removeprefix("ours-").split("+")[0]
-        self.env = {
-            "PATH": SYSTEM_PATH,
-            "CNI_META_STATE_ROOT": str(self.state),
-            "CNI_META_LOCK_TIMEOUT": "60",
-            "CNI_META_HELPER": "off",
-            "CNI_IFNAME": "eth0",
-            "CNI_NETNS": f"/run/netns/{self.ctr}",
-            "CNI_PATH": str(GO_BIN),
-        }
+        exe = GO if name == "go" else str(our_bin / "portmap")
+        backend = None if name == "go" else name.removeprefix("ours-").split("+")[0]
+        super().__init__(name, n, exe, workdir, backend)
         self.adds: list[float] = []
         self.dels: list[float] = []
-        self.rss_kib = 0
         self.helper: Helper | None = None
         self.seen = 0  # helper stats lines from the warm-up
 
     def setup(self, stack: ExitStack) -> None:
-        sh("ip", "netns", "add", self.ns)
-        stack.callback(sh, "ip", "netns", "del", self.ns)
-        sh("ip", "netns", "add", self.ctr)
-        stack.callback(sh, "ip", "netns", "del", self.ctr)
-        self.state.mkdir(parents=True)
+        super().setup(stack)
         if self.backend == "nftables":
             fill_nft(self.ns, self.n, self.state)
         else:
@@ -209,45 +82,32 @@ class Flavour:
                 )
             self.env["CNI_META_HELPER"] = str(self.helper.socket)
 
-    def call(self, spawn: Spawner, command: str, i: int) -> float:
-        env = {**self.env, "CNI_COMMAND": command, "CNI_CONTAINERID": f"bench{i}"}
-        with entered(f"/run/netns/{self.ns}"):
-            c = spawn.ok([self.exe], env, json.dumps(conf(i, self.backend)).encode())
-        self.rss_kib = max(self.rss_kib, c.rss_kib)
-        return c.ms
-
     def cycle(self, spawn: Spawner, i: int, record: bool) -> None:
         add = self.call(spawn, "ADD", i)
         delete = self.call(spawn, "DEL", i)
         if record:
             self.adds.append(add)
             self.dels.append(delete)
+        elif self.helper is not None:  # the warm-up's calls are not measured
+            self.seen = len(self.helper.worker_stats())
 
     def result(self) -> dict[str, Any]:
         out = {"flavour": self.name, "n": self.n, "add_ms": statistics.median(self.adds),
                "del_ms": statistics.median(self.dels), "peak_rss_kib": self.rss_kib,
                "adds": self.adds, "dels": self.dels}  # fmt: skip
-        if self.helper is not None:  # what a call adds in the forked worker (helper --stats)
+        if self.helper is not None:  # what a call adds in the forked worker (helper stats lines)
             stats = self.helper.worker_stats(self.seen)
             out["worker_private_kib"] = max((x["private_kb"] for x in stats), default=0)
             calls = len(self.adds) + len(self.dels)
             out["note"] = helper_note(f"{self.name} N={self.n}", self.helper, len(stats), calls)
         return out
 
-
-def run_size(n: int, names: list[str], reps: int, spawn: Spawner, our_bin: Path, workdir: Path
-             ) -> list[dict[str, Any]]:  # fmt: skip
-    with ExitStack() as stack:
-        flavours = [Flavour(name, n, our_bin, workdir) for name in names]
-        for f in flavours:
-            f.setup(stack)
-        for f in flavours:  # warm up: page cache, the helper, Go's top-level chains
-            f.cycle(spawn, n + reps, record=False)
-            f.seen = len(f.helper.worker_stats()) if f.helper else 0
-        for r in range(reps):
-            for f in rotated(flavours, r):
-                f.cycle(spawn, n + r, record=True)
-        return [f.result() for f in flavours]
+    @staticmethod
+    def summary(r: dict[str, Any]) -> str:
+        return (
+            f"{r['flavour']:21} N={r['n']:5}  ADD {r['add_ms']:8.1f} ms  "
+            f"DEL {r['del_ms']:8.1f} ms  peak RSS {r['peak_rss_kib'] / 1024:5.1f} MiB"
+        )
 
 
 def table(results: list[dict[str, Any]], reps: int, notes: list[str]) -> str:
@@ -335,17 +195,7 @@ def main() -> int:
         notes.append(f"ours-nftables+helper: {skip}")
     out = Path(a.out) if a.out else results_dir()
     out.mkdir(parents=True, exist_ok=True)
-    results = []
-    with tempfile.TemporaryDirectory(prefix="cmpb-") as tmp:
-        workdir = Path(tmp)
-        spawn = Spawner(build_spawner(workdir))
-        our_bin = our_plugins(a.launcher, workdir)
-        for n in sizes:
-            for r in run_size(n, names, reps, spawn, our_bin, workdir):
-                results.append(r)
-                print(f"{r['flavour']:21} N={n:5}  ADD {r['add_ms']:8.1f} ms  "
-                      f"DEL {r['del_ms']:8.1f} ms  peak RSS {r['peak_rss_kib'] / 1024:5.1f} MiB",
-                      flush=True)  # fmt: skip
+    results = portmap_fill.measure(Flavour, names, sizes, reps, a.launcher)
     notes += [r["note"] for r in results if r.get("note")]
     text = table(results, reps, notes)
     print(text)

@@ -284,12 +284,13 @@ class Helper:
     stats: Path
 
     def worker_stats(self, skip: int = 0) -> list[dict[str, Any]]:
-        """The helper's --stats lines (one per call its workers ran), after the first `skip`.
+        """The helper's stats lines (one per call its workers ran), after the first `skip`.
 
         Each has the worker's own time ("ms", inside skel.run), its ru_maxrss ("maxrss_kb":
         includes the pages it shares with the helper it was forked from) and its private
-        memory at the end of the call ("private_kb": what the call added). A worker writes
-        its line just after answering the plugin, so give the last one a moment.
+        memory at the end of the call ("private_kb": what the call added); see
+        tests/harness/helper_stats.py. A worker writes its line just after answering the
+        plugin, so give the last one a moment.
         """
         time.sleep(0.05)
         try:
@@ -372,7 +373,8 @@ def resident_helper(
     timeout: float = 60,
     extra_args: Sequence[str] | None = None,
 ) -> Iterator[Helper]:
-    """`python -m cnihelper.server --socket PATH --stats FILE` in the foreground, then stopped.
+    """The helper with stats (`python -m tests.harness.helper_stats --socket PATH --stats
+    FILE`) in the foreground, then stopped.
 
     Started from the calling thread's network namespace (callers enter their host netns
     first); `prefix` wraps the command, e.g. nsenter into a runtime's mount namespace (then
@@ -381,7 +383,7 @@ def resident_helper(
     """
     log = stats_dir / "helper.log"
     stats = stats_dir / "helper-stats.jsonl"
-    argv = [sys.executable, "-m", "cnihelper.server", "--socket", str(socket_path)]
+    argv = [sys.executable, "-m", "tests.harness.helper_stats", "--socket", str(socket_path)]
     if extra_args is None:
         extra_args = os.environ.get("BENCH_HELPER_ARGS", "").split()
     argv += extra_args

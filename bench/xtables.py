@@ -18,8 +18,6 @@ import argparse
 import json
 import statistics
 import sys
-import tempfile
-import uuid
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -27,19 +25,15 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.portmap_scale import _ipt_rules, conf, sh  # noqa: E402
+from bench import portmap_fill  # noqa: E402
+from bench.portmap_fill import ipt_rules, sh  # noqa: E402
 from bench.util import (  # noqa: E402
-    GO_BIN,
-    SYSTEM_PATH,
     Spawner,
     add_launcher_args,
-    build_spawner,
     header,
     markdown_table,
-    our_plugins,
     quick_mode,
     results_dir,
-    rotated,
 )
 from common.netns import entered  # noqa: E402
 
@@ -52,42 +46,20 @@ FLAVOURS = {
 VERBS = ("ADD", "CHECK", "DEL")
 
 
-class Flavour:
+class Flavour(portmap_fill.Flavour):
+    """ours with the iptables backend on one variant, N attachments in portmap's shape."""
+
     def __init__(self, name: str, n: int, our_bin: Path, workdir: Path) -> None:
-        self.name, self.n = name, n
-        self.setting, self.variant = FLAVOURS[name]
-        tag = uuid.uuid4().hex[:8]
-        self.ns, self.ctr = f"cmpb-xt-{tag}", f"cmpb-xtc-{tag}"
-        self.state = workdir / f"{name}-{n}"
-        self.exe = str(our_bin / "portmap")
-        self.env = {
-            "PATH": SYSTEM_PATH,
-            "CNI_META_STATE_ROOT": str(self.state),
-            "CNI_META_LOCK_TIMEOUT": "60",
-            "CNI_META_HELPER": "off",
-            "CNI_META_IPTABLES": self.setting,
-            "CNI_IFNAME": "eth0",
-            "CNI_NETNS": f"/run/netns/{self.ctr}",
-            "CNI_PATH": str(GO_BIN),
-        }
+        super().__init__(name, n, str(our_bin / "portmap"), workdir, "iptables")
+        setting, self.variant = FLAVOURS[name]
+        self.env["CNI_META_IPTABLES"] = setting
         self.ms: dict[str, list[float]] = {v: [] for v in VERBS}
         self.save_ms: list[float] = []
-        self.rss_kib = 0
 
     def setup(self, stack: ExitStack) -> None:
-        for ns in (self.ns, self.ctr):
-            sh("ip", "netns", "add", ns)
-            stack.callback(sh, "ip", "netns", "del", ns)
-        self.state.mkdir(parents=True)
+        super().setup(stack)
         restore = f"iptables-{self.variant}-restore"
-        sh("ip", "netns", "exec", self.ns, restore, "--noflush", stdin=_ipt_rules(self.n, False))
-
-    def call(self, spawn: Spawner, command: str, i: int) -> float:
-        env = {**self.env, "CNI_COMMAND": command, "CNI_CONTAINERID": f"bench{i}"}
-        with entered(f"/run/netns/{self.ns}"):
-            c = spawn.ok([self.exe], env, json.dumps(conf(i, "iptables")).encode())
-        self.rss_kib = max(self.rss_kib, c.rss_kib)
-        return c.ms
+        sh("ip", "netns", "exec", self.ns, restore, "--noflush", stdin=ipt_rules(self.n, False))
 
     def cycle(self, spawn: Spawner, i: int, record: bool) -> None:
         for verb in VERBS:
@@ -107,19 +79,13 @@ class Flavour:
         out["save_ms"] = statistics.median(self.save_ms)
         return out
 
-
-def run_size(n: int, names: list[str], reps: int, spawn: Spawner, our_bin: Path,
-             workdir: Path) -> list[dict[str, Any]]:  # fmt: skip
-    with ExitStack() as stack:
-        flavours = [Flavour(name, n, our_bin, workdir) for name in names]
-        for f in flavours:
-            f.setup(stack)
-        for f in flavours:  # warm-up: page cache
-            f.cycle(spawn, n + reps, record=False)
-        for r in range(reps):
-            for f in rotated(flavours, r):
-                f.cycle(spawn, n + r, record=True)
-        return [f.result() for f in flavours]
+    @staticmethod
+    def summary(r: dict[str, Any]) -> str:
+        return (
+            f"{r['flavour']:15} N={r['n']:5}  ADD {r['add_ms']:7.1f}  CHECK "
+            f"{r['check_ms']:7.1f}  DEL {r['del_ms']:7.1f} ms  "
+            f"RSS {r['peak_rss_kib'] / 1024:5.1f} MiB"
+        )
 
 
 def table(results: list[dict[str, Any]], reps: int) -> str:
@@ -166,17 +132,7 @@ def main() -> int:
     sizes = [1, 100] if a.quick else [int(s) for s in a.sizes.split(",")]
     reps = 2 if a.quick else a.reps
     names = [f for f in a.flavours.split(",") if f]
-    results = []
-    with tempfile.TemporaryDirectory(prefix="cmpb-") as tmp:
-        workdir = Path(tmp)
-        spawn = Spawner(build_spawner(workdir))
-        our_bin = our_plugins(a.launcher, workdir)
-        for n in sizes:
-            for r in run_size(n, names, reps, spawn, our_bin, workdir):
-                results.append(r)
-                print(f"{r['flavour']:15} N={n:5}  ADD {r['add_ms']:7.1f}  CHECK "
-                      f"{r['check_ms']:7.1f}  DEL {r['del_ms']:7.1f} ms  "
-                      f"RSS {r['peak_rss_kib'] / 1024:5.1f} MiB", flush=True)  # fmt: skip
+    results = portmap_fill.measure(Flavour, names, sizes, reps, a.launcher)
     text = table(results, reps)
     print(text)
     out = results_dir()

@@ -1,17 +1,6 @@
 """cni-chain: run a .conflist the way libcni does (containerd, CRI-O and podman use libcni).
 
-  cni-chain add    LIST NETNS [--port 8080:80/tcp] [--bandwidth 10mbit] [--mac ...]
-  cni-chain check  LIST NETNS
-  cni-chain del    LIST [NETNS]
-  cni-chain gc     LIST [--valid CONTAINERID/IFNAME ...]
-  cni-chain status LIST
-  cni-chain version LIST
-
-LIST is a .conflist path, or a network name looked up in --conf-dir. NETNS is a path or a
-name under /run/netns. Like libcni: ADD runs the plugins in order, threading each result
-into the next one's prevResult, and caches the final result per attachment; CHECK runs in
-order and DEL in reverse, both with the cached result as prevResult (from 0.4.0 on); the
-runtime's capability arguments reach only the plugins that declare the capability.
+What it does per verb, its options and the friendly flags: docs/cni-contract.md.
 """
 
 from __future__ import annotations
@@ -25,11 +14,15 @@ import os
 import re
 import subprocess
 import sys
-from dataclasses import dataclass, field
-from typing import Any
 
 from common import versions
 from common.env import validate_container_id, validate_ifname
+from common.errors import CniError
+from common.values import Value
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 DEFAULT_CNI_PATH = "/opt/cni/bin:/usr/lib/cni"
 DEFAULT_CACHE_DIR = "/var/lib/cni/cni-chain"
@@ -39,18 +32,12 @@ DEFAULT_CONF_DIR = "/etc/cni/net.d"
 class ChainError(Exception):
     """A readable failure of the chain (bad list, missing plugin, a plugin's error)."""
 
-    def __init__(self, msg: str, plugin_error: dict[str, Any] | None = None) -> None:
-        super().__init__(msg)
-        self.plugin_error = plugin_error
 
-
-@dataclass
-class ConfList:
+class ConfList(Value):
     name: str
     cni_version: str
     plugins: list[dict[str, Any]]
     disable_check: bool = False
-    raw: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def load(cls, spec: str, conf_dir: str = DEFAULT_CONF_DIR) -> ConfList:
@@ -78,7 +65,7 @@ class ConfList:
             if not isinstance(p, dict) or not isinstance(p.get("type"), str) or not p["type"]:
                 raise ChainError(f"{where}: plugins[{i}] needs a 'type'")
         version = raw.get("cniVersion") or versions.DEFAULT_VERSION
-        return cls(name, str(version), plugins, bool(raw.get("disableCheck")), raw)
+        return cls(name, str(version), plugins, bool(raw.get("disableCheck")))
 
 
 def _find_by_name(name: str, conf_dir: str) -> str:
@@ -92,15 +79,14 @@ def _find_by_name(name: str, conf_dir: str) -> str:
     raise ChainError(f"no conflist named {name!r} in {conf_dir}")
 
 
-@dataclass
-class Runtime:
+class Runtime(Value):
     """What a runtime passes besides the list: the attachment and its arguments."""
 
     container_id: str
     netns: str
+    capability_args: dict[str, Any]
     ifname: str = "eth0"
     cni_args: str = ""
-    capability_args: dict[str, Any] = field(default_factory=dict)
     cni_path: str = DEFAULT_CNI_PATH
     cache_dir: str = DEFAULT_CACHE_DIR
 
@@ -119,9 +105,7 @@ def plugin_config(
     conflist: ConfList, plugin: dict[str, Any], rt: Runtime, prev_result: Any
 ) -> dict[str, Any]:
     """libcni's buildOneConfig: name, cniVersion, runtimeConfig by capability, prevResult."""
-    conf = dict(plugin)
-    conf["name"] = conflist.name
-    conf["cniVersion"] = conflist.cni_version
+    conf = {**plugin, "name": conflist.name, "cniVersion": conflist.cni_version}
     caps = plugin.get("capabilities")
     if isinstance(caps, dict):
         rc = {k: rt.capability_args[k] for k, on in caps.items() if on and k in rt.capability_args}
@@ -133,7 +117,7 @@ def plugin_config(
 
 
 def exec_plugin(
-    command: str, conf: dict[str, Any], rt: Runtime, *, index: int = 0
+    command: str, conf: dict[str, Any], rt: Runtime, index: int
 ) -> dict[str, Any] | None:
     path = find_plugin(str(conf["type"]), rt.cni_path)
     env = dict(os.environ)
@@ -157,7 +141,7 @@ def exec_plugin(
         if isinstance(err, dict) and "code" in err:
             detail = f": {err['details']}" if err.get("details") else ""
             raise ChainError(
-                f"{command} failed at {where}: [{err['code']}] {err.get('msg', '')}{detail}", err
+                f"{command} failed at {where}: [{err['code']}] {err.get('msg', '')}{detail}"
             )
         text = (proc.stderr or proc.stdout).decode(errors="replace").strip()
         raise ChainError(f"{command} failed at {where} (exit {proc.returncode}): {text}")
@@ -178,7 +162,6 @@ def retyped(result: dict[str, Any] | None, list_version: str) -> dict[str, Any] 
     """
     if result is None:
         return None
-    from common.errors import CniError
     from common.result import Result
 
     version = result.get("cniVersion")
@@ -194,19 +177,17 @@ def _cache_file(conflist: ConfList, rt: Runtime) -> str:
     return os.path.join(rt.cache_dir, f"{conflist.name}-{rt.container_id}-{rt.ifname}")
 
 
-def _read_cache(conflist: ConfList, rt: Runtime) -> dict[str, Any] | None:
-    try:
-        with open(_cache_file(conflist, rt), "rb") as f:
-            cached = json.load(f)
-    except (OSError, ValueError):
-        return None
-    return cached if isinstance(cached, dict) else None
+def _require(conflist: ConfList, command: str, version: str) -> None:
+    if not versions.at_least(conflist.cni_version, version):
+        raise ChainError(
+            f"{command} needs cniVersion {version} or later, the list has {conflist.cni_version}"
+        )
 
 
 def add(conflist: ConfList, rt: Runtime) -> dict[str, Any] | None:
     result: dict[str, Any] | None = None
     for i, plugin in enumerate(conflist.plugins):
-        out = exec_plugin("ADD", plugin_config(conflist, plugin, rt, result), rt, index=i)
+        out = exec_plugin("ADD", plugin_config(conflist, plugin, rt, result), rt, i)
         result = retyped(out, conflist.cni_version)
     os.makedirs(rt.cache_dir, mode=0o700, exist_ok=True)
     cache = {
@@ -226,38 +207,40 @@ def add(conflist: ConfList, rt: Runtime) -> dict[str, Any] | None:
     return result
 
 
-def _with_cached_args(conflist: ConfList, rt: Runtime) -> tuple[Runtime, Any]:
-    cached = _read_cache(conflist, rt)
-    if cached is None:
-        return rt, None
+def _cached_result(conflist: ConfList, rt: Runtime) -> Any:
+    """The result ADD cached; the arguments ADD had fill those this call leaves empty."""
+    try:
+        with open(_cache_file(conflist, rt), "rb") as f:
+            cached = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(cached, dict):
+        return None
     if not rt.capability_args and isinstance(cached.get("capabilityArgs"), dict):
         rt.capability_args = cached["capabilityArgs"]
     if not rt.cni_args and isinstance(cached.get("cniArgs"), str):
         rt.cni_args = cached["cniArgs"]
-    return rt, cached.get("result")
+    return cached.get("result")
 
 
 def check(conflist: ConfList, rt: Runtime) -> None:
-    if not versions.at_least(conflist.cni_version, "0.4.0"):
-        raise ChainError(
-            f"CHECK needs cniVersion 0.4.0 or later, the list has {conflist.cni_version}"
-        )
+    _require(conflist, "CHECK", "0.4.0")
     if conflist.disable_check:
         return
-    rt, cached = _with_cached_args(conflist, rt)
+    cached = _cached_result(conflist, rt)
     if cached is None:
         raise ChainError(f"no cached result for {conflist.name}/{rt.container_id}/{rt.ifname}")
     for i, plugin in enumerate(conflist.plugins):
-        exec_plugin("CHECK", plugin_config(conflist, plugin, rt, cached), rt, index=i)
+        exec_plugin("CHECK", plugin_config(conflist, plugin, rt, cached), rt, i)
 
 
 def delete(conflist: ConfList, rt: Runtime) -> None:
-    rt, cached = _with_cached_args(conflist, rt)
+    cached = _cached_result(conflist, rt)
     if not versions.at_least(conflist.cni_version, "0.4.0"):
         cached = None
     for i in reversed(range(len(conflist.plugins))):
         conf = plugin_config(conflist, conflist.plugins[i], rt, cached)
-        exec_plugin("DEL", conf, rt, index=i)
+        exec_plugin("DEL", conf, rt, i)
     with contextlib.suppress(FileNotFoundError):
         os.unlink(_cache_file(conflist, rt))
 
@@ -276,29 +259,26 @@ def cached_attachments(conflist: ConfList, cache_dir: str) -> list[dict[str, str
 
 
 def gc(conflist: ConfList, rt: Runtime, valid: list[dict[str, str]]) -> None:
-    if not versions.at_least(conflist.cni_version, "1.1.0"):
-        raise ChainError(f"GC needs cniVersion 1.1.0 or later, the list has {conflist.cni_version}")
-    for i, plugin in enumerate(conflist.plugins):
-        conf = plugin_config(conflist, plugin, rt, None)
-        conf["cni.dev/valid-attachments"] = valid
-        exec_plugin("GC", conf, rt, index=i)
+    _each_plugin(conflist, rt, "GC", {"cni.dev/valid-attachments": valid})
 
 
 def status(conflist: ConfList, rt: Runtime) -> None:
-    if not versions.at_least(conflist.cni_version, "1.1.0"):
-        raise ChainError(
-            f"STATUS needs cniVersion 1.1.0 or later, the list has {conflist.cni_version}"
-        )
+    _each_plugin(conflist, rt, "STATUS", {})
+
+
+def _each_plugin(conflist: ConfList, rt: Runtime, command: str, extra: dict[str, Any]) -> None:
+    """GC and STATUS (from cniVersion 1.1.0): every plugin in order, no prevResult."""
+    _require(conflist, command, "1.1.0")
     for i, plugin in enumerate(conflist.plugins):
-        exec_plugin("STATUS", plugin_config(conflist, plugin, rt, None), rt, index=i)
+        conf = {**plugin_config(conflist, plugin, rt, None), **extra}
+        exec_plugin(command, conf, rt, i)
 
 
 def version_info(conflist: ConfList, rt: Runtime) -> dict[str, Any]:
     out = {}
     for i, plugin in enumerate(conflist.plugins):
-        conf = {"cniVersion": conflist.cni_version}
-        info = exec_plugin("VERSION", {**conf, "type": plugin["type"]}, rt, index=i)
-        out[str(plugin["type"])] = info
+        conf = {"cniVersion": conflist.cni_version, "type": plugin["type"]}
+        out[str(plugin["type"])] = exec_plugin("VERSION", conf, rt, i)
     return out
 
 
@@ -339,24 +319,17 @@ def parse_rate(text: str) -> int:
 
 def parse_bandwidth(spec: str) -> dict[str, int]:
     """'10mbit' (both directions) or 'ingressRate=10mbit,egressRate=5m,ingressBurst=...'."""
-    if "=" not in spec:
-        rate = parse_rate(spec)
-        burst = max(rate // 50, 32 * 1024 * 8)  # 20 ms worth, and never below 32 KiB
-        return {
-            "ingressRate": rate,
-            "ingressBurst": burst,
-            "egressRate": rate,
-            "egressBurst": burst,
-        }
+    parts = spec.split(",") if "=" in spec else [f"ingressRate={spec}", f"egressRate={spec}"]
     out: dict[str, int] = {}
     keys = {k.lower(): k for k in ("ingressRate", "ingressBurst", "egressRate", "egressBurst")}
-    for part in spec.split(","):
+    for part in parts:
         key, _, value = part.partition("=")
         if key.strip().lower() not in keys:
             raise ChainError(f"--bandwidth: unknown key {key!r}; use {', '.join(keys.values())}")
         out[keys[key.strip().lower()]] = parse_rate(value)
     for d in ("ingress", "egress"):
         if f"{d}Rate" in out and f"{d}Burst" not in out:
+            # 20 ms worth, and never below 32 KiB
             out[f"{d}Burst"] = max(out[f"{d}Rate"] // 50, 32 * 1024 * 8)
     return out
 
@@ -371,15 +344,9 @@ def parse_valid(spec: str) -> dict[str, str]:
     try:
         validate_container_id(cid, "container ID in --valid")
         validate_ifname(ifname, "interface name in --valid")
-    except Exception as e:
+    except CniError as e:
         raise ChainError(f"--valid {spec[:80]!r}: {e}") from None
     return {"containerID": cid, "ifname": ifname}
-
-
-def _netns_path(value: str) -> str:
-    if not value:
-        return ""
-    return value if "/" in value else os.path.join("/run/netns", value)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -416,14 +383,16 @@ def runtime_from_args(a: argparse.Namespace) -> Runtime:
         caps["bandwidth"] = parse_bandwidth(a.bandwidth)
     if a.mac:
         caps["mac"] = a.mac
-    netns = _netns_path(a.netns)
+    netns = a.netns
+    if netns and "/" not in netns:
+        netns = os.path.join("/run/netns", netns)
     cid = a.container_id or "cnichain-" + hashlib.sha512(netns.encode()).hexdigest()[:20]
     try:
         validate_container_id(cid, "--container-id")
         validate_ifname(a.ifname, "--ifname")
-    except Exception as e:
+    except CniError as e:
         raise ChainError(str(e)) from None
-    return Runtime(cid, netns, a.ifname, a.cni_args, caps, a.cni_path, a.cache_dir)
+    return Runtime(cid, netns, caps, a.ifname, a.cni_args, a.cni_path, a.cache_dir)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,29 +1,7 @@
 """The resident helper: a fork server that keeps the plugins' libraries loaded.
 
-Every container start execs portmap, bandwidth and tuning; Python then spends most of
-each call importing (pyroute2 alone ~100 ms). The helper imports everything once and
-forks a worker per call. The plugin executable (common.fastpath) passes the worker its
-stdin/stdout/stderr, environment, umask, root, working directory and namespaces; the
-worker enters them and runs exactly the code the executable would have run, in a fresh
-process, so no state survives from one call to the next. The plugin falls back to doing
-the work itself whenever the helper is absent or declines.
-
-Safety:
-- listens on a Unix socket made 0600 by a root process; serves only peers whose
-  credentials (SO_PEERCRED) say uid 0, and the plugin checks the helper is root too;
-- serves only callers that hold at least the helper's privileges: effective and bounding
-  capabilities covering the helper's, no no_new_privs or seccomp filter the helper lacks,
-  the same security label (read from /proc through a pidfd of the peer, see
-  `caller_privileges`); a root process that dropped capabilities does its own work;
-- serves only callers in its own user and pid namespaces (anything else declines);
-- serves only callers running the same installed code (see fastpath.code_id);
-- a worker whose plugin dies is killed (the call behaves like a killed plugin); a call
-  in flight when the helper stops is finished; one running longer than --call-limit is
-  killed (the plugin reports error 11); at most --max-workers run at once (beyond, the
-  plugin is told at once to do its own work).
-
-Run: `cni-meta-helper --socket /run/cni/meta-helper.sock` (foreground; under systemd, or
-the DaemonSet). Plugins find it at that default path or at $CNI_META_HELPER.
+What it does, whom it serves and why, and its options: docs/helper.md. The plugin side
+(the wire protocol) is common/fastpath.py.
 """
 
 from __future__ import annotations
@@ -34,14 +12,12 @@ import errno
 import gc
 import importlib
 import io
-import json
 import os
 import select
 import signal
 import socket
 import sys
 import time
-from typing import Any
 
 from bandwidth import hooks as bandwidth_hooks
 from common import fastpath
@@ -50,20 +26,24 @@ from common.netns import CLONE_NEWNET, CLONE_NEWNS, libc, setns
 from portmap import hooks as portmap_hooks
 from tuning import hooks as tuning_hooks
 
-PLUGINS = ("portmap", "bandwidth", "tuning")
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 PR_SET_PDEATHSIG = 1
+# Linux 6.5: a pidfd of the connecting process, taken by the kernel at connect time.
+SO_PEERPIDFD = 77
 REFILL_DELAY = 0.03  # seconds between a spare taking a call and its replacement's fork
+DEFAULT_CALL_LIMIT = 300.0  # seconds; the plugins bound their own waits far below this
+DEFAULT_MAX_WORKERS = 16
 _MAX_REQUEST = 256 * 1024
+# What the helper may touch of each plugin: its table of contents (<plugin>.__main__) and
+# its hooks module (preload), nothing else.
+HOOKS = {"portmap": portmap_hooks, "bandwidth": bandwidth_hooks, "tuning": tuning_hooks}
 
 
 class Declined(Exception):
     """The helper will not serve this call; the plugin does the work itself."""
-
-
-# Linux 6.5: a pidfd of the connecting process, taken by the kernel at connect time.
-SO_PEERPIDFD = 77
-DEFAULT_CALL_LIMIT = 300.0  # seconds; the plugins bound their own waits far below this
-DEFAULT_MAX_WORKERS = 16
 
 
 def peer_pidfd(conn: socket.socket) -> int:
@@ -149,13 +129,9 @@ def _same_file(fd: int, path: str) -> bool:
     return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
-# What the helper may touch of each plugin: its table of contents (<plugin>.__main__) and
-# its hooks module (preload), nothing else.
-HOOKS = {"portmap": portmap_hooks, "bandwidth": bandwidth_hooks, "tuning": tuning_hooks}
-
-
 def preload() -> dict[str, Any]:
-    """Import what the three plugins' verbs use, so that workers start warm.
+    """Import what the three plugins' verbs use, so that workers start warm: each plugin's
+    table of contents and its hooks' preload (its verbs, and the common modules they use).
 
     Only imports: nothing here opens a socket, a table or a netns-bound context, so a
     worker in any namespace starts from a clean slate.
@@ -164,20 +140,9 @@ def preload() -> dict[str, Any]:
 
     pyroute2()  # pyroute2's message classes, without its __init__ (asyncio & co.)
     tables = {}
-    for name in PLUGINS:
+    for name, hooks in HOOKS.items():
         tables[name] = importlib.import_module(f"{name}.__main__").plugin()
-        HOOKS[name].preload()
-    for module in (
-        "common.config",
-        "common.env",
-        "common.result",
-        "common.state",
-        "common.gc",
-        "common.netns",
-        "ipaddress",
-        "traceback",
-    ):
-        importlib.import_module(module)
+        hooks.preload()
     from common import digest
 
     digest.sha256_hex(b"")  # finds and caches the builtin hash constructors
@@ -187,16 +152,10 @@ def preload() -> dict[str, Any]:
 
 class Server:
     def __init__(
-        self,
-        path: str,
-        tables: dict[str, Any],
-        stats: str = "",
-        max_workers: int = DEFAULT_MAX_WORKERS,
-        call_limit: float = DEFAULT_CALL_LIMIT,
+        self, path: str, tables: dict[str, Any], max_workers: int, call_limit: float
     ) -> None:
         self.path = path
         self.tables = tables
-        self.stats = stats
         self.max_workers = max_workers
         self.call_limit = call_limit
         self.code_id = fastpath.code_id()
@@ -258,7 +217,7 @@ class Server:
         with contextlib.suppress(OSError):
             os.write(self._wake_w, b"x")
 
-    def serve_forever(self, spares: int = 2) -> None:
+    def serve_forever(self, spares: int) -> None:
         """Keep `spares` workers forked and waiting in accept(), until stopped.
 
         Forking a ~40 MB interpreter takes a millisecond or more; done ahead of time, it
@@ -385,11 +344,12 @@ class Server:
         os.write(taken, os.getpid().to_bytes(4, sys.byteorder))
         os.close(taken)
         self.listener.close()
-        self._worker(conn)
+        os._exit(self._worker(conn))
 
     # --- in the worker -----------------------------------------------------------------
 
-    def _worker(self, conn: socket.socket) -> None:
+    def _worker(self, conn: socket.socket) -> int:
+        """Serve the call on `conn`: the worker's exit status (unless it declines)."""
         status = 70
         try:
             conn.settimeout(fastpath.HANDSHAKE_SECONDS)
@@ -408,15 +368,12 @@ class Server:
                 self._decline(conn, e)
             conn.settimeout(None)
             finished = self._die_with_caller(conn)
-            started = time.perf_counter()
             status = self._run(name, environ, umask, conn)
             finished.append(True)  # the plugin may now exit without taking us along
             conn.send(b"X" + bytes([status & 0xFF]))
-            if self.stats:  # after the answer: the plugin does not wait for this
-                self._record(name, environ, status, time.perf_counter() - started)
         except BaseException:  # noqa: S110 - nothing may escape a forked child; 70 it is
             pass
-        os._exit(status)
+        return status
 
     def _decline(self, conn: socket.socket, why: Exception) -> None:
         """Tell the plugin to do the work itself, and end this worker (nothing ran)."""
@@ -452,16 +409,9 @@ class Server:
 
     def _become_caller(self, conn: socket.socket) -> None:
         """Take the plugin's descriptors and enter its namespaces, root and cwd."""
-        data, ancdata, flags, _ = conn.recvmsg(
-            16, socket.CMSG_SPACE(4 * len(fastpath.PASSED)), socket.MSG_CMSG_CLOEXEC
+        data, fds, flags, _ = socket.recv_fds(
+            conn, 16, len(fastpath.PASSED), socket.MSG_CMSG_CLOEXEC
         )
-        fds: list[int] = []
-        for level, kind, payload in ancdata:
-            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                usable = len(payload) - len(payload) % 4
-                fds += [
-                    int.from_bytes(payload[i : i + 4], sys.byteorder) for i in range(0, usable, 4)
-                ]
         if data != b"G":
             os._exit(0)  # the plugin gave up waiting and does the work itself
         if flags & socket.MSG_CTRUNC or len(fds) != len(fastpath.PASSED):
@@ -524,40 +474,10 @@ class Server:
         sys.stderr.flush()
         return status
 
-    def _record(self, name: str, environ: dict[bytes, bytes], status: int, seconds: float) -> None:
-        """One JSON line per call (for bench/): time in the worker and its own memory."""
-        import resource
-
-        private_kb = 0
-        try:
-            with open("/proc/self/smaps_rollup") as f:
-                for line in f:
-                    if line.startswith(("Private_Clean:", "Private_Dirty:")):
-                        private_kb += int(line.split()[1])
-        except OSError:
-            pass
-        line = json.dumps(
-            {
-                "plugin": name,
-                "command": environ.get(b"CNI_COMMAND", b"").decode(errors="replace"),
-                "status": status,
-                "ms": round(seconds * 1000, 3),
-                "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-                "private_kb": private_kb,
-            }
-        )
-        try:
-            fd = os.open(self.stats, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            os.write(fd, line.encode() + b"\n")
-            os.close(fd)
-        except OSError:
-            pass
-
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="cni-meta-helper", description=__doc__.split("\n\n")[0])
     ap.add_argument("--socket", default=fastpath.DEFAULT_SOCKET, help="Unix socket to serve")
-    ap.add_argument("--stats", default="", help="append one JSON line per call to this file")
     ap.add_argument(
         "--spares", type=int, default=2, help="workers kept forked and waiting (default 2)"
     )
@@ -583,20 +503,11 @@ def main(argv: list[str] | None = None) -> None:
     # Everything loaded so far lives as long as the helper: keep the collector off it, so
     # that a worker's collections neither walk nor write (copy) those pages.
     gc.freeze()
-    server = Server(
-        args.socket,
-        tables,
-        args.stats,
-        max(1, args.max_workers),
-        max(0.0, args.call_limit),
-    )
+    server = Server(args.socket, tables, max(1, args.max_workers), max(0.0, args.call_limit))
     server.bind()
-
-    def stop(signum: int, _frame: Any) -> None:
-        server.stop()  # calls in flight finish; systemd's TimeoutStopSec bounds the wait
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    # Calls in flight finish; systemd's TimeoutStopSec bounds the wait.
+    signal.signal(signal.SIGTERM, lambda *_: server.stop())
+    signal.signal(signal.SIGINT, lambda *_: server.stop())
     print(
         f"cni-meta-helper: serving {args.socket} (pid {os.getpid()})", file=sys.stderr, flush=True
     )

@@ -229,6 +229,21 @@ def owned(lab: Lab, plugin: str, m: Member) -> bool:
     return m.container_id in state_owners(lab, plugin)
 
 
+def finish_both(
+    stopped: Call, stopped_name: str, other: Call, other_name: str, waits: bool
+) -> None:
+    """`stopped` is held at its stop point while `other` runs: when `other` `waits` for
+    the lock `stopped` holds, `stopped` goes on and both succeed in that order; otherwise
+    `other` succeeds first, then `stopped` goes on and succeeds too."""
+    if waits:
+        other.waiting_for_lock()
+        ok(stopped.resume().result(), stopped_name)
+        ok(other.result(), other_name)
+    else:
+        ok(other.result(), other_name)
+        ok(stopped.resume().result(), stopped_name)
+
+
 # ---------------------------------------------------------------------------- two DELs at once
 
 # (plugin, where DEL A stops, whether DEL B then waits for A's lock)
@@ -258,13 +273,7 @@ def test_two_dels_of_one_attachment_at_once_both_succeed_and_leave_nothing(
         a.stopped()
         b = Call(inv(lab, plugin, "DEL", m))
         running.append(b)
-        if b_waits:
-            b.waiting_for_lock()
-            ok(a.resume().result(), "DEL A")
-            ok(b.result(), "DEL B")
-        else:
-            ok(b.result(), "DEL B")
-            ok(a.resume().result(), "DEL A")
+        finish_both(a, "DEL A", b, "DEL B", b_waits)
         same_as_before(before, world(lab, [m]), plugin)
         ok(call(lab, plugin, "DEL", m), "a third DEL")
 
@@ -283,53 +292,43 @@ def test_check_of_a_netns_already_gone_is_error_8(lab: Lab, plugin: str) -> None
         ok(call(lab, plugin, "DEL", m), "DEL after the netns went")
 
 
-# (plugin, where CHECK stops: before it opens the container netns)
-BEFORE_ENTERING = [
-    ("bandwidth", "bandwidth.tc:entered@1"),
-    ("tuning", "tuning.apply:entered@1"),
+def added_then_checking(
+    lab: Lab, plugin: str, m: Member, stop_at: str, running: list[Call]
+) -> Call:
+    """ADD `m`, then start a CHECK of it and hold it at `stop_at`."""
+    ok(call(lab, plugin, "ADD", m), "ADD")
+    check = Call(inv(lab, plugin, "CHECK", m), plugin, stop_at)
+    running.append(check)
+    check.stopped()
+    return check
+
+
+# (plugin, where CHECK stops, the error it ends with once resumed; None: it passes)
+CHECK_STOPS = [
+    # Before it opens the container netns: it cannot any more.
+    ("bandwidth", "bandwidth.tc:entered@1", 8),
+    ("tuning", "tuning.apply:entered@1", 8),
+    # It has found what to compare and is about to read it: it holds the namespace (a
+    # socket in it, or its thread inside), and removing the name does not destroy it.
+    # portmap never enters it (its rules are in the host), so it answers the same.
+    ("bandwidth", "bandwidth.tc:Rtnl.observe@1", None),
+    ("tuning", "tuning.apply:read_sysctls@1", None),
+    ("portmap", "portmap.nft:Nft.get@1", None),
 ]
 
 
-@pytest.mark.parametrize(("plugin", "stop_at"), BEFORE_ENTERING)
-def test_check_whose_netns_vanishes_before_it_enters_is_error_8(
-    lab: Lab, plugin: str, stop_at: str
+@pytest.mark.parametrize(("plugin", "stop_at", "error"), CHECK_STOPS)
+def test_check_fails_if_the_runtime_removes_the_netns_before_it_enters_and_passes_after(
+    lab: Lab, plugin: str, stop_at: str, error: int | None
 ) -> None:
-    """The runtime removes the netns between CHECK's argument check and its first use."""
     with fleet(lab.host, 1) as f, calls() as running:
         (m,) = f.members
-        ok(call(lab, plugin, "ADD", m), "ADD")
-        check = Call(inv(lab, plugin, "CHECK", m), plugin, stop_at)
-        running.append(check)
-        check.stopped()
+        check = added_then_checking(lab, plugin, m, stop_at, running)
         subprocess.run(["ip", "netns", "del", m.ctr.name], check=True)
-        err = failed_with(check.resume().result(), 8, "CHECK")
-        assert m.ctr.path in err["msg"]
-        ok(call(lab, plugin, "DEL", m), "DEL after the netns went")
-
-
-# (plugin, where CHECK stops: it has found what to compare, and is about to read it)
-WHILE_READING = [
-    ("bandwidth", "bandwidth.tc:Rtnl.observe@1"),
-    ("tuning", "tuning.apply:read_sysctls@1"),
-    ("portmap", "portmap.nft:Nft.get@1"),
-]
-
-
-@pytest.mark.parametrize(("plugin", "stop_at"), WHILE_READING)
-def test_check_keeps_the_netns_it_entered_when_the_runtime_removes_it(
-    lab: Lab, plugin: str, stop_at: str
-) -> None:
-    """Once CHECK holds the namespace (a socket in it, or its thread inside), removing the
-    name does not destroy it: CHECK compares what is still there and passes. portmap never
-    enters it (its rules are in the host), so it answers the same."""
-    with fleet(lab.host, 1) as f, calls() as running:
-        (m,) = f.members
-        ok(call(lab, plugin, "ADD", m), "ADD")
-        check = Call(inv(lab, plugin, "CHECK", m), plugin, stop_at)
-        running.append(check)
-        check.stopped()
-        subprocess.run(["ip", "netns", "del", m.ctr.name], check=True)
-        ok(check.resume().result(), "CHECK")
+        if error is None:
+            ok(check.resume().result(), "CHECK")
+        else:
+            assert m.ctr.path in failed_with(check.resume().result(), error, "CHECK")["msg"]
         ok(call(lab, plugin, "DEL", m), "DEL after the netns went")
 
 
@@ -347,10 +346,7 @@ def test_check_whose_device_vanishes_midway_reports_it_gone_as_102(
     """The kernel destroys the veth pair (as after the netns went) while CHECK reads it."""
     with fleet(lab.host, 1) as f, calls() as running:
         (m,) = f.members
-        ok(call(lab, plugin, "ADD", m), "ADD")
-        check = Call(inv(lab, plugin, "CHECK", m), plugin, stop_at)
-        running.append(check)
-        check.stopped()
+        check = added_then_checking(lab, plugin, m, stop_at, running)
         if where == "host":
             lab.host.ip("link", "del", m.host_veth)
         else:
@@ -397,13 +393,7 @@ def test_gc_spares_an_add_in_flight_and_collects_it_next_time(
         add.stopped()
         gc = Call(inv(lab, which, "GC", flying, valid=[]))
         running.append(gc)
-        if gc_waits:
-            gc.waiting_for_lock()
-            ok(add.resume().result(), "ADD in flight")
-            ok(gc.result(), "GC")
-        else:
-            ok(gc.result(), "GC")
-            ok(add.resume().result(), "ADD in flight")
+        finish_both(add, "ADD in flight", gc, "GC", gc_waits)
 
         assert not owned(lab, plugin, stale)
         if plugin != "tuning":  # (tuning's GC forgets backups; it never enters a netns)

@@ -1,8 +1,9 @@
 """Running a resident helper (cnihelper.server) for a test or a whole session.
 
 The helper runs in the machine's own namespaces (it opens nothing there: each worker
-enters the namespaces of the plugin process it serves); its socket, stats file and log
-live in a temporary directory and everything is stopped and removed afterwards.
+enters the namespaces of the plugin process it serves); its socket, stats file (one line
+per served call, see tests.harness.helper_stats) and log live in a temporary directory
+and everything is stopped and removed afterwards.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -20,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from tests.harness.plugins import OUR_BIN
+from tests.harness.plugins import REPO
 
 
 class Helper:
@@ -35,9 +37,9 @@ class Helper:
     def start(self) -> None:
         with open(self.log_file, "wb") as log:
             self.proc = subprocess.Popen(
-                [str(OUR_BIN / "cni-meta-helper"), "--socket", self.socket,
+                [sys.executable, "-m", "tests.harness.helper_stats", "--socket", self.socket,
                  "--stats", str(self.stats_file), *self.args],
-                stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+                stdout=log, stderr=log, stdin=subprocess.DEVNULL, cwd=REPO,
                 # Anything the helper would put in TMPDIR goes in here (tests look).
                 env={**os.environ, "TMPDIR": str(self.workdir)},
             )  # fmt: skip
