@@ -1,22 +1,7 @@
-"""Removing what the Go portmap (containernetworking/plugins 1.1 to 1.9) made for an
-attachment our DEL has no state for, and on GC its iptables mappings of containers no
-longer valid: docs/differences.md#taking-over-from-the-go-plugins says what and why.
-
-What Go made per attachment:
-
-* iptables backend (every version): in the nat table of iptables and ip6tables, chain
-  `CNI-DN-` + the first 21 hex digits of sha512(network name + container id), and the
-  jumps to it in `CNI-HOSTPORT-DNAT` (commented `dnat name: "N" id: "C"`), in
-  iptables-nft or in the legacy xtables, whichever Go's `iptables` was: both are looked
-  at, and removed the way our iptables backend removes its own (portmap.xtables).
-* nftables backend (1.6+): rules commented with the container id in chains `hostports`,
-  `hostip_hostports` and `masquerading` of tables `ip`/`ip6 cni_hostport`.
-
-Shared objects (`CNI-HOSTPORT-*` and their hooks, the rest of `cni_hostport`) stay. As
-this runs on every DEL without state (a runtime's second DEL too), it first looks
-cheaply: one nfnetlink request per family and object, and for the legacy xtables a look
-at /proc/net/ip*_tables_names and, only where a legacy nat table exists, one read of it
-with getsockopt. libnftables or the iptables tools run only when something was found.
+"""Removing what the Go portmap (containernetworking/plugins 1.1 to 1.9) made: on a DEL
+we have no state for, its iptables chain and jumps (either variant, through
+portmap.xtables) and its nftables rules; on GC, its iptables mappings of containers no
+longer valid. What, why and what it costs: docs/differences.md#taking-over-from-the-go-plugins.
 """
 
 from __future__ import annotations
@@ -95,7 +80,7 @@ _GET_ENTRIES_HEADER = 40  # name[32], size, then 8-aligned entries
 def legacy_may_have(family: int, chain: str) -> bool:
     """Whether the legacy nat table of `family` may hold `chain`: False for sure when
     there is no legacy nat table or its rules do not contain the name; True otherwise
-    (also when the table cannot be read this way: libiptc then looks properly)."""
+    (also when the table cannot be read this way: the iptables tools then look)."""
     try:
         with open(_LEGACY_NAMES[family]) as f:
             if "nat" not in f.read().split():
@@ -114,7 +99,7 @@ def _may_have(variant: str, family: int, chain: str) -> bool:
 
 
 def _legacy_nat_blob(family: int) -> bytes | None:
-    """The legacy nat table's rules as the kernel hands them to libiptc (None: unreadable).
+    """The legacy nat table's rules as the kernel hands them to iptables (None: unreadable).
     A user chain starts with an ERROR target that carries its name."""
     import ctypes
 
@@ -136,7 +121,7 @@ def _legacy_nat_blob(family: int) -> bytes | None:
         entries = ctypes.create_string_buffer(request, _GET_ENTRIES_HEADER + size)
         length = ctypes.c_uint32(_GET_ENTRIES_HEADER + size)
         if c.getsockopt(s.fileno(), _SOL[family], _SO_GET_ENTRIES, entries, ctypes.byref(length)):
-            return None  # e.g. the table changed size in between: let libiptc look
+            return None  # e.g. the table changed size in between: let the tools look
         return entries.raw
     finally:
         s.close()
@@ -234,13 +219,8 @@ def _udp_target(family: int, rule: dict[str, Any]) -> UdpTargets:
 
 def gc(network: str, valid: set[AttachmentId], sd: AttachmentStore, log: Log) -> UdpTargets:
     """Remove the Go iptables portmap's mappings on `network` of containers no valid
-    attachment has; (family, host ip, port) of their UDP mappings.
-
-    Go's comment names the network and the container, not the ifname: a container listed
-    with any ifname keeps its mappings. Go's nftables rules, ifbs and tuning backups name
-    no network, so which GC they belong to is unknown: they stay (their DEL removes them).
-    Go's objects are never in flight from our side: only the valid list counts.
-    """
+    attachment has (with any ifname: Go's comment names none); their UDP mappings. Go's
+    objects are never in flight from our side: only the valid list counts."""
     where = [(v, f) for v in VARIANTS for f in (6, 4) if _may_have(v, f, TOP)]
     if not where:
         return []
@@ -281,18 +261,9 @@ def _gc_family(variant: str, family: int, network: str, alive: set[str], log: Lo
     stale = [j for j in xtables.NatTable(top).jumps() if _stale(j, network, alive)]
     if not stale:
         return []
-    chains = sorted({j.target for j in stale})
-    table = xtables.NatTable(top + "\n" + xtables.listing(variant, family, tuple(chains)))
-    lines: list[str] = []
-    targets: UdpTargets = []
-    for chain in chains:
-        if any(j.target == chain and not _stale(j, network, alive) for j in table.jumps()):
-            # another rule still jumps there: only the stale jumps go
-            lines += [j.delete() for j in stale if j.target == chain]
-            continue
-        more, udp = xtables.removal(table, chain, family)
-        lines += more
-        targets += udp
+    chains = tuple(sorted({j.target for j in stale}))
+    table = xtables.NatTable(top + "\n" + xtables.listing(variant, family, chains))
+    lines, targets = xtables.sweep(table, family, lambda j: _stale(j, network, alive))
     what = f"delete the Go portmap's stale IPv{family} mappings of network {network}"
     xtables.commit(variant, family, lines, what)
     gone = sorted({_go_owner(j, network) for j in stale})

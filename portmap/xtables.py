@@ -26,6 +26,8 @@ from portmap.plan import MASQ_ALL, MASQ_NONE, FamilyPlan, Forward, Plan, UdpTarg
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from common.gc import AttachmentId
     from common.state import Stamps
 
@@ -65,19 +67,19 @@ def tool(variant: str, family: int, kind: str) -> str:
 
 
 def run(argv: list[str], data: bytes = b"") -> tuple[int, str]:
-    """Run argv with `data` on its stdin; (exit status, stdout then stderr).
+    """Run argv with `data` on its stdin; (exit status, its stdout and stderr).
 
     posix_spawn and pipes, not subprocess (~10 ms of imports on every call). stdin is
     written whole first: iptables-restore reads all of it before it answers, and the
-    save tools read none.
+    save tools read none. stdout and stderr share one pipe, so neither can fill up while
+    the other is read.
     """
     out_r, out_w = os.pipe()
-    err_r, err_w = os.pipe()
     in_r, in_w = os.pipe() if data else (os.open(os.devnull, os.O_RDONLY), -1)
     actions = [
         (os.POSIX_SPAWN_DUP2, in_r, 0),
         (os.POSIX_SPAWN_DUP2, out_w, 1),
-        (os.POSIX_SPAWN_DUP2, err_w, 2),
+        (os.POSIX_SPAWN_DUP2, out_w, 2),
     ]
     env = {"PATH": ":".join(TOOL_DIRS), "LC_ALL": "C"}
     if "XTABLES_LOCKFILE" in os.environ:
@@ -85,7 +87,7 @@ def run(argv: list[str], data: bytes = b"") -> tuple[int, str]:
     try:
         pid = os.posix_spawn(argv[0], argv, env, file_actions=actions)
     finally:
-        for fd in (in_r, out_w, err_w):
+        for fd in (in_r, out_w):
             os.close(fd)
     if in_w >= 0:
         try:
@@ -96,13 +98,10 @@ def run(argv: list[str], data: bytes = b"") -> tuple[int, str]:
             pass  # it stopped reading (a parse error): its message says why
         finally:
             os.close(in_w)
-    chunks = []
     with os.fdopen(out_r, "rb") as f:
-        chunks.append(f.read())
-    with os.fdopen(err_r, "rb") as f:
-        chunks.append(f.read())
+        out = f.read()
     _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status), b"".join(chunks).decode(errors="replace")
+    return os.waitstatus_to_exitcode(status), out.decode(errors="replace")
 
 
 def save(variant: str, family: int) -> str:
@@ -195,7 +194,7 @@ def host_default() -> str:
     return "nft"
 
 
-def choose_variant(log: Log | None = None) -> tuple[str, str]:
+def choose_variant(log: Log) -> tuple[str, str]:
     """(variant, its IPv4 nat table as saved) for this call.
 
     The one whose nat table holds more rules, as kube-proxy's iptables-wrapper decides
@@ -217,7 +216,7 @@ def choose_variant(log: Log | None = None) -> tuple[str, str]:
         chosen = "nft" if count["nft"] > count["legacy"] else "legacy"
     else:
         chosen = host_default()
-    if log is not None and count["nft"] and count["legacy"]:
+    if count["nft"] and count["legacy"]:
         log.warning(
             f"both iptables variants have nat rules (nft {count['nft']}, legacy "
             f"{count['legacy']}): using iptables-{chosen}"
@@ -348,13 +347,9 @@ class Jump(Value):
 # ---------------------------------------------------------------------------- rules
 
 
-def _host(address: str, family: int) -> str:
-    return f"{address}/{128 if family == 6 else 32}"
-
-
 def _ports(fw: Forward, family: int, ports: str) -> Words:
     """The destination part of a rule, in the order iptables-save prints it."""
-    words = ["-d", _host(fw.host_ip, family)] if fw.host_ip else []
+    words = ["-d", f"{fw.host_ip}/{128 if family == 6 else 32}"] if fw.host_ip else []
     return [*words, "-p", fw.protocol, "-m", fw.protocol, "--dport", ports]
 
 
@@ -382,12 +377,6 @@ def jump(fp: FamilyPlan, fw: Forward, chain: str, comment: str) -> Words:
     return [*words, "-m", "comment", "--comment", comment, "-j", chain]
 
 
-def entry(target: str) -> Words:
-    if target == TOP:
-        return ["-m", "addrtype", "--dst-type", "LOCAL", "-j", TOP]
-    return ["-m", "comment", "--comment", "CNI portfwd requiring masquerade", "-j", target]
-
-
 # ---------------------------------------------------------------------------- changes
 
 
@@ -402,6 +391,25 @@ def removal(table: NatTable, chain: str, family: int) -> tuple[list[str], UdpTar
         rule = Jump(raw)
         if rule.protocol == "udp" and rule.target == "DNAT" and rule.dports:
             udp.append((family, rule.host_ip, rule.dports[0]))
+    return lines, udp
+
+
+def sweep(
+    table: NatTable, family: int, stale: Callable[[Jump], bool]
+) -> tuple[list[str], UdpTargets]:
+    """Lines deleting the jumps `stale` picks and the chains they go to (a chain that
+    another rule still jumps to stays: only the picked jumps go); their UDP mappings."""
+    jumps = table.jumps()
+    doomed = [j for j in jumps if stale(j)]
+    lines: list[str] = []
+    udp: UdpTargets = []
+    for chain in sorted({j.target for j in doomed}):
+        if any(j.target == chain and not stale(j) for j in jumps):
+            lines += [j.delete() for j in doomed if j.target == chain]
+        else:
+            more, found = removal(table, chain, family)
+            lines += more
+            udp += found
     return lines, udp
 
 
@@ -459,12 +467,13 @@ def installation(table: NatTable, fp: FamilyPlan, plan: Plan) -> list[str]:
         comment = ["-m", "comment", "--comment", "CNI portfwd masquerade mark"]
         lines += table.ensure(SETMARK, [*comment, "-j", "MARK", "--set-xmark", mark])
         lines += table.ensure(MASQ, ["-m", "mark", "--mark", mark, "-j", "MASQUERADE"])
-        lines += table.ensure("POSTROUTING", entry(MASQ), first=True)
+        comment = ["-m", "comment", "--comment", "CNI portfwd requiring masquerade"]
+        lines += table.ensure("POSTROUTING", [*comment, "-j", MASQ], first=True)
     if TOP not in table.chains:
         lines.append(f"-N {TOP}")
         table.chains.add(TOP)
     for hook in ("PREROUTING", "OUTPUT"):
-        lines += table.ensure(hook, entry(TOP))
+        lines += table.ensure(hook, ["-m", "addrtype", "--dst-type", "LOCAL", "-j", TOP])
     if name in table.chains:  # a repeated ADD: replace what is there
         lines += [j.delete() for j in table.jumps() if j.target == name]
         lines.append(f"-F {name}")
@@ -618,25 +627,21 @@ class XtablesBackend:
     def gc(self, network: str, valid: set[AttachmentId], before: Stamps) -> UdpTargets:
         """Both variants: an attachment may have been added before the host switched."""
         targets: UdpTargets = []
-        network_tag = Attachment(network, "", "").network_tag
+        network_tag = Attachment(network, "", "").network_tag + "-"
         with self.sd.lock(LOCK):
             valid_tags, stale = state.sweep(self.sd, network, valid, before)
+
+            def doomed(jump: Jump) -> bool:
+                return jump.owner.startswith(network_tag) and jump.owner not in valid_tags
+
             for variant in VARIANTS:
                 for family in (4, 6):
                     try:
                         table = NatTable(save(variant, family))
                     except CniError:
                         continue  # that variant is not installed: nothing of ours there
-                    doomed = {
-                        j.target
-                        for j in table.jumps()
-                        if j.owner.startswith(network_tag + "-") and j.owner not in valid_tags
-                    }
-                    lines: list[str] = []
-                    for chain in sorted(doomed):
-                        more, udp = removal(table, chain, family)
-                        lines += more
-                        targets += udp
+                    lines, udp = sweep(table, family, doomed)
+                    targets += udp
                     commit(variant, family, lines, f"delete stale IPv{family} port mappings")
             for recorded in stale:
                 if recorded.backend == NAME:
