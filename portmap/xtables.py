@@ -236,30 +236,16 @@ def quote(word: str) -> str:
 
 
 def split_words(text: str) -> Words:
-    """The words of a saved rule: iptables-save quotes ("...", with \\ escapes) only
-    words that need it."""
-    if "\\" not in text:
-        words: Words = []
-        for i, part in enumerate(text.split('"')):
-            words += [part] if i % 2 else part.split()
-        return words
-    words, word, quoted, escaped, started = [], [], False, False, False
-    for ch in text:
-        if escaped:
-            word.append(ch)
-            escaped = False
-        elif quoted and ch == "\\":
-            escaped = True
-        elif ch == '"':
-            quoted, started = not quoted, True
-        elif ch in " \t" and not quoted:
-            if word or started:
-                words.append("".join(word))
-            word, started = [], False
-        else:
-            word.append(ch)
-    if word or started:
-        words.append("".join(word))
+    """The words of a saved rule. iptables-save quotes ("...") only words that need it,
+    and inside the quotes puts a backslash before \\, " and ' (and nowhere else)."""
+    escaped = "\\" in text
+    if escaped:  # out of the way of the split on quotes; put back after it
+        text = text.replace("\\\\", "\0").replace('\\"', "\1").replace("\\'", "'")
+    words: Words = []
+    for i, part in enumerate(text.split('"')):
+        words += [part] if i % 2 else part.split()
+    if escaped:
+        words = [word.replace("\1", '"').replace("\0", "\\") for word in words]
     return words
 
 
