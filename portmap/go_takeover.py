@@ -146,8 +146,7 @@ def release(network: str, container_id: str, sd: AttachmentStore, log: Log) -> U
         with sd.lock(xtables.LOCK):  # our iptables backend's; the tools wait for xtables'
             for variant, family in iptables:
                 targets += xtables.delete_chain(variant, family, chain)
-        where = ", ".join(sorted({f"iptables-{v}" for v, _ in iptables}))
-        log.info(f"removed the Go portmap's chain {chain} ({where}), if there")
+        log.info(f"removed the Go portmap's iptables chain {chain}, if there")
     return targets
 
 
@@ -160,12 +159,7 @@ def _release_go_nft(container_id: str, families: list[int], log: Log) -> UdpTarg
     if not found:
         return []
     lines = [f"delete rule {chain} handle {int(rule['handle'])}" for _, chain, rule in found]
-    targets = [
-        target
-        for family, chain, rule in found
-        if not chain.endswith(" masquerading")
-        for target in _udp_target(family, rule)
-    ]
+    targets = [target for family, _, rule in found for target in _udp_target(family, rule)]
     rc, _, err = nft.run("\n".join(lines))
     # Somebody else (not taking our lock) may have removed them meanwhile: fine.
     if rc != 0 and _go_nft_rules(nft, container_id, families):
@@ -198,7 +192,8 @@ def _go_nft_rules(nft: Nft, container_id: str, families: list[int]) -> list[Rule
 
 
 def _udp_target(family: int, rule: dict[str, Any]) -> UdpTargets:
-    """(family, host address or None, port) of a Go DNAT rule for UDP, from its JSON."""
+    """(family, host address or None, port) of a Go DNAT rule for UDP, from its JSON (none
+    for any other rule)."""
     port, host_ip, dnat = None, None, False
     for e in rule.get("expr", []):
         match = e.get("match") if isinstance(e, dict) else None
