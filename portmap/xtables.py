@@ -450,11 +450,11 @@ def installation(table: NatTable, fp: FamilyPlan, plan: Plan) -> list[str]:
         )
     if fp.masquerade != MASQ_NONE and not external:
         mark = f"{1 << bit:#x}/{1 << bit:#x}"
-        comment = ["-m", "comment", "--comment", "CNI portfwd masquerade mark"]
-        lines += table.ensure(SETMARK, [*comment, "-j", "MARK", "--set-xmark", mark])
+        setmark = ["-m", "comment", "--comment", "CNI portfwd masquerade mark", "-j", "MARK"]
+        lines += table.ensure(SETMARK, [*setmark, "--set-xmark", mark])
         lines += table.ensure(MASQ, ["-m", "mark", "--mark", mark, "-j", "MASQUERADE"])
-        comment = ["-m", "comment", "--comment", "CNI portfwd requiring masquerade"]
-        lines += table.ensure("POSTROUTING", [*comment, "-j", MASQ], first=True)
+        to_masq = ["-m", "comment", "--comment", "CNI portfwd requiring masquerade", "-j", MASQ]
+        lines += table.ensure("POSTROUTING", to_masq, first=True)
     if TOP not in table.chains:
         lines.append(f"-N {TOP}")
         table.chains.add(TOP)
