@@ -1,25 +1,7 @@
-"""Removing what the Go portmap (containernetworking/plugins 1.1 to 1.9) made for an
-attachment, when our DEL finds no state of its own for it, and on GC the Go iptables
-mappings of containers no longer valid (see `gc`).
-
-A node that switches to these plugins still has pods whose host ports the Go plugin set
-up; their DEL now comes to us, and the Go rules must go with it, or a later pod on the
-same host port has its traffic sent to a dead address. What Go made per attachment:
-
-* iptables backend (every version): in the nat table of iptables and ip6tables,
-  chain `CNI-DN-` + the first 21 hex digits of sha512(network name + container id), and
-  the jumps to it in `CNI-HOSTPORT-DNAT` (commented `dnat name: "N" id: "C"`). Go runs
-  the `iptables` command, so the rules are in nftables' `ip nat`/`ip6 nat` tables
-  (iptables-nft) or in the legacy xtables, whichever that command is: both are looked at.
-  `CNI-HOSTPORT-DNAT`, `-SETMARK` and `-MASQ` and their hooks are shared and stay.
-* nftables backend (1.6+): rules commented with the container id in chains `hostports`,
-  `hostip_hostports` and `masquerading` of tables `ip cni_hostport` and `ip6 cni_hostport`.
-  The rest of those tables is shared and stays.
-
-Costs, as this runs on every DEL without state (a runtime's second DEL too): one
-nfnetlink request per family and object (no libnftables), and for the legacy xtables a
-look at /proc/net/ip*_tables_names and, only when a legacy nat table exists, one read of
-it with getsockopt. libnftables or libiptc are loaded only when something was found.
+"""Removing what the Go portmap (containernetworking/plugins 1.1 to 1.9) made: on a DEL
+we have no state for, its iptables chain and jumps (either variant, through
+portmap.xtables) and its nftables rules; on GC, its iptables mappings of containers no
+longer valid. What, why and what it costs: docs/differences.md#taking-over-from-the-go-plugins.
 """
 
 from __future__ import annotations
@@ -42,7 +24,10 @@ if TYPE_CHECKING:
     from portmap.plan import UdpTargets
     from portmap.xtables import Jump
 
+    Rule = tuple[int, str, dict[str, Any]]
+
 TOP = "CNI-HOSTPORT-DNAT"
+VARIANTS = ("nft", "legacy")  # portmap.xtables.VARIANTS, without importing it
 GO_COMMENT = 'dnat name: "{}" id: "'  # + container id + '"', on each jump in TOP
 GO_TABLE = "cni_hostport"
 GO_NFT_CHAINS = ("hostports", "hostip_hostports", "masquerading")
@@ -95,7 +80,7 @@ _GET_ENTRIES_HEADER = 40  # name[32], size, then 8-aligned entries
 def legacy_may_have(family: int, chain: str) -> bool:
     """Whether the legacy nat table of `family` may hold `chain`: False for sure when
     there is no legacy nat table or its rules do not contain the name; True otherwise
-    (also when the table cannot be read this way: libiptc then looks properly)."""
+    (also when the table cannot be read this way: the iptables tools then look)."""
     try:
         with open(_LEGACY_NAMES[family]) as f:
             if "nat" not in f.read().split():
@@ -106,8 +91,15 @@ def legacy_may_have(family: int, chain: str) -> bool:
     return blob is None or chain.encode() + b"\0" in blob
 
 
+def _may_have(variant: str, family: int, chain: str) -> bool:
+    """Whether that iptables variant's nat table may hold `chain`, without running a tool."""
+    if variant == "nft":
+        return nft_has(family, "nat", chain)
+    return legacy_may_have(family, chain)
+
+
 def _legacy_nat_blob(family: int) -> bytes | None:
-    """The legacy nat table's rules as the kernel hands them to libiptc (None: unreadable).
+    """The legacy nat table's rules as the kernel hands them to iptables (None: unreadable).
     A user chain starts with an ERROR target that carries its name."""
     import ctypes
 
@@ -129,7 +121,7 @@ def _legacy_nat_blob(family: int) -> bytes | None:
         entries = ctypes.create_string_buffer(request, _GET_ENTRIES_HEADER + size)
         length = ctypes.c_uint32(_GET_ENTRIES_HEADER + size)
         if c.getsockopt(s.fileno(), _SOL[family], _SO_GET_ENTRIES, entries, ctypes.byref(length)):
-            return None  # e.g. the table changed size in between: let libiptc look
+            return None  # e.g. the table changed size in between: let the tools look
         return entries.raw
     finally:
         s.close()
@@ -142,52 +134,35 @@ def release(network: str, container_id: str, sd: AttachmentStore, log: Log) -> U
     """Remove Go's objects of this attachment (one we have no state for); (family, host
     ip, port) of its UDP mappings for the conntrack flush."""
     chain = go_chain_name(network, container_id)
-    iptables_nft = [f for f in (6, 4) if nft_has(f, "nat", chain)]
+    iptables = [(v, f) for v in VARIANTS for f in (6, 4) if _may_have(v, f, chain)]
     go_nft = [f for f in (6, 4) if nft_has(f, GO_TABLE)]
-    legacy = [f for f in (6, 4) if legacy_may_have(f, chain)]
-    if not (iptables_nft or go_nft or legacy):
-        return []
     targets: UdpTargets = []
-    if iptables_nft or go_nft:
+    if go_nft:
         with sd.lock(NFT_LOCK):  # our nftables backend's: the same writers
-            targets += _release_nft(chain, container_id, iptables_nft, go_nft, log)
-    if legacy:
-        targets += _release_legacy(chain, legacy, sd, log)
+            targets += _release_go_nft(container_id, go_nft, log)
+    if iptables:
+        from portmap import xtables
+
+        with sd.lock(xtables.LOCK):  # our iptables backend's; the tools wait for xtables'
+            for variant, family in iptables:
+                targets += xtables.delete_chain(variant, family, chain)
+        log.info(f"removed the Go portmap's iptables chain {chain}, if there")
     return targets
 
 
-def _release_nft(
-    chain: str, container_id: str, iptables_nft: list[int], go_nft: list[int], log: Log
-) -> UdpTargets:
+def _release_go_nft(container_id: str, families: list[int], log: Log) -> UdpTargets:
     from portmap.nft import Nft
 
     nft = Nft()
     nft.set_json_output(True)
-    lines: list[str] = []
-    targets: UdpTargets = []
-    for family in iptables_nft:
-        t = f"{NFT_FAMILY[family]} nat"
-        for rule in _rules(nft, f"{t} {TOP}"):
-            if any(e.get("jump", {}).get("target") == chain for e in rule.get("expr", [])):
-                lines.append(f"delete rule {t} {TOP} handle {int(rule['handle'])}")
-        for rule in _rules(nft, f"{t} {chain}"):
-            targets += _udp_target(family, rule)
-        lines += [f"flush chain {t} {chain}", f"delete chain {t} {chain}"]
-    for family in go_nft:
-        t = f"{NFT_FAMILY[family]} {GO_TABLE}"
-        for name in GO_NFT_CHAINS:
-            for rule in _rules(nft, f"{t} {name}"):
-                if rule.get("comment") == container_id:
-                    lines.append(f"delete rule {t} {name} handle {int(rule['handle'])}")
-                    targets += _udp_target(family, rule) if name != "masquerading" else []
-    if not lines:
+    found = _go_nft_rules(nft, container_id, families)
+    if not found:
         return []
+    lines = [f"delete rule {chain} handle {int(rule['handle'])}" for _, chain, rule in found]
+    targets = [target for family, _, rule in found for target in _udp_target(family, rule)]
     rc, _, err = nft.run("\n".join(lines))
     # Somebody else (not taking our lock) may have removed them meanwhile: fine.
-    if rc != 0 and (
-        any(nft_has(f, "nat", chain) for f in iptables_nft)
-        or _still_commented(nft, container_id, go_nft)
-    ):
+    if rc != 0 and _go_nft_rules(nft, container_id, families):
         raise CniError(
             KERNEL_FAILURE,
             f"cannot remove the Go portmap's rules of container {container_id}",
@@ -197,27 +172,28 @@ def _release_nft(
     return targets
 
 
-def _rules(nft: Nft, where: str) -> list[dict[str, Any]]:
-    import json
+def _go_nft_rules(nft: Nft, container_id: str, families: list[int]) -> list[Rule]:
+    """(family, "ip cni_hostport <chain>", rule as JSON) of the rules commented with the
+    container id."""
+    from common.jsontext import loads
 
-    rc, out, _ = nft.run(f"list chain {where}")
-    if rc != 0:
-        return []  # no such chain: nothing in it
-    items = json.loads(out).get("nftables", [])
-    return [i["rule"] for i in items if isinstance(i, dict) and "rule" in i]
-
-
-def _still_commented(nft: Nft, container_id: str, families: list[int]) -> bool:
-    return any(
-        rule.get("comment") == container_id
-        for family in families
-        for name in GO_NFT_CHAINS
-        for rule in _rules(nft, f"{NFT_FAMILY[family]} {GO_TABLE} {name}")
-    )
+    found = []
+    for family in families:
+        for name in GO_NFT_CHAINS:
+            chain = f"{NFT_FAMILY[family]} {GO_TABLE} {name}"
+            rc, out, _ = nft.run(f"list chain {chain}")
+            items = loads(out).get("nftables", []) if rc == 0 else []  # else: no such chain
+            found += [
+                (family, chain, i["rule"])
+                for i in items
+                if isinstance(i, dict) and i.get("rule", {}).get("comment") == container_id
+            ]
+    return found
 
 
 def _udp_target(family: int, rule: dict[str, Any]) -> UdpTargets:
-    """(family, host address or None, port) of a Go DNAT rule for UDP, from its JSON."""
+    """(family, host address or None, port) of a Go DNAT rule for UDP, from its JSON (none
+    for any other rule)."""
     port, host_ip, dnat = None, None, False
     for e in rule.get("expr", []):
         match = e.get("match") if isinstance(e, dict) else None
@@ -233,53 +209,24 @@ def _udp_target(family: int, rule: dict[str, Any]) -> UdpTargets:
     return [(family, host_ip, int(port))] if dnat and isinstance(port, int) else []
 
 
-def _release_legacy(chain: str, families: list[int], sd: AttachmentStore, log: Log) -> UdpTargets:
-    """The same as Go's teardown, through our iptables backend on the legacy variant: the
-    jumps to `chain` in CNI-HOSTPORT-DNAT, then the chain (each family in one commit)."""
-    from portmap.xtables import LOCK, XtablesBackend
-
-    backend = XtablesBackend(sd, log)
-    targets: UdpTargets = []
-    with sd.lock(LOCK):
-        for family in families:
-            udp = backend._delete_family("legacy", family, chain)
-            targets += [(family, ip, port) for ip, port in udp]
-    log.info(f"removed the Go portmap's chain {chain} from the legacy xtables, if there")
-    return targets
-
-
 # ---------------------------------------------------------------------------- GC
 
 
 def gc(network: str, valid: set[AttachmentId], sd: AttachmentStore, log: Log) -> UdpTargets:
     """Remove the Go iptables portmap's mappings on `network` of containers no valid
-    attachment has; (family, host ip, port) of their UDP mappings.
+    attachment has (with any ifname: Go's comment names none); their UDP mappings. Go's
+    objects are never in flight from our side: only the valid list counts."""
+    where = [(v, f) for v in VARIANTS for f in (6, 4) if _may_have(v, f, TOP)]
+    if not where:
+        return []
+    from portmap import xtables
 
-    Go's comment names the network and the container, not the ifname: a container listed
-    with any ifname keeps its mappings. Go's nftables rules, ifbs and tuning backups name
-    no network, so which GC they belong to is unknown: they stay (their DEL removes them).
-    Go's objects are never in flight from our side: only the valid list counts.
-    """
     alive = {a.container_id for a in valid}
     targets: UdpTargets = []
-    for variant in ("nft", "legacy"):
-        families = [f for f in (6, 4) if _has_top(variant, f)]
-        if not families:
-            continue
-        from portmap.xtables import LOCK
-
-        # the lock `release` takes for this variant: a DEL and a GC of one Go pod take turns
-        with sd.lock(NFT_LOCK if variant == "nft" else LOCK):
-            for family in families:
-                targets += _gc_family(variant, family, network, alive, log)
+    with sd.lock(xtables.LOCK):  # the lock `release` takes: a DEL and a GC of a Go pod take turns
+        for variant, family in where:
+            targets += _gc_family(variant, family, network, alive, log)
     return targets
-
-
-def _has_top(variant: str, family: int) -> bool:
-    """Whether this variant may have Go's CNI-HOSTPORT-DNAT, without running a tool."""
-    if variant == "nft":
-        return nft_has(family, "nat", TOP)
-    return legacy_may_have(family, TOP)
 
 
 def _go_owner(jump: Jump, network: str) -> str:
@@ -298,37 +245,22 @@ def _stale(jump: Jump, network: str, alive: set[str]) -> bool:
 
 
 def _gc_family(variant: str, family: int, network: str, alive: set[str], log: Log) -> UdpTargets:
-    from portmap.xtables import NatTable, listing, removal, restore
+    from portmap import xtables
 
     try:
-        top = listing(variant, family, (TOP,))
+        top = xtables.listing(variant, family, (TOP,))
     except CniError as e:
         if e.code != STATUS_UNAVAILABLE:
             raise
         return []  # that variant's tools are not installed: nothing to remove with
-    stale = [j for j in NatTable(top).jumps() if _stale(j, network, alive)]
+    stale = [j for j in xtables.NatTable(top).jumps() if _stale(j, network, alive)]
     if not stale:
         return []
-    chains = sorted({j.target for j in stale})
-    table = NatTable(top + "\n" + listing(variant, family, tuple(chains)))
-    lines: list[str] = []
-    targets: UdpTargets = []
-    for chain in chains:
-        if any(j.target == chain and not _stale(j, network, alive) for j in table.jumps()):
-            # another rule still jumps there: only the stale jumps go
-            lines += [j.delete() for j in stale if j.target == chain]
-            continue
-        more, udp = removal(table, chain)
-        lines += more
-        targets += [(family, ip, port) for ip, port in udp]
-    complaint = restore(variant, family, lines)
-    if complaint:
-        raise CniError(
-            KERNEL_FAILURE,
-            f"iptables-{variant}-restore refused to delete the Go portmap's stale IPv{family} "
-            f"mappings of network {network}",
-            complaint,
-        )
+    chains = tuple(sorted({j.target for j in stale}))
+    table = xtables.NatTable(top + "\n" + xtables.listing(variant, family, chains))
+    lines, targets = xtables.sweep(table, family, lambda j: _stale(j, network, alive))
+    what = f"delete the Go portmap's stale IPv{family} mappings of network {network}"
+    xtables.commit(variant, family, lines, what)
     gone = sorted({_go_owner(j, network) for j in stale})
     log.info(f"GC removed the Go portmap's iptables-{variant} IPv{family} mappings of {gone}")
     return targets

@@ -1,29 +1,6 @@
-"""The iptables backend: the reference's rules, written with iptables-restore.
-
-nat table, per family (iptables and ip6tables):
-
-    PREROUTING, OUTPUT  -m addrtype --dst-type LOCAL -j CNI-HOSTPORT-DNAT
-    CNI-HOSTPORT-DNAT   one jump per forward to the attachment's chain, commented with
-                        its owner; jumps for a specific hostIP are inserted first, the
-                        wildcard ones appended, so a specific address wins
-    CNI-DN-<hash>       per host port: [-s <subnet>|127.0.0.0/8 -j CNI-HOSTPORT-SETMARK]
-                        then -j DNAT --to-destination <container>:<port>
-    CNI-HOSTPORT-SETMARK  -j MARK --set-xmark <bit>/<bit>   (or externalSetMarkChain)
-    POSTROUTING         -j CNI-HOSTPORT-MASQ (first), which masquerades marked packets
-
-Each call reads the nat table with `iptables-save -t nat` and writes one
-`iptables-restore --noflush` transaction per family: rules are deleted by their full
-text (as saved), chains made with `-N` (which fails, and so rolls the whole transaction
-back, if somebody made the chain meanwhile), so rules of other programs are never
-touched and a change is atomic per family. Our own lock orders our read-modify-writes;
-`-w` makes iptables-legacy-restore wait for the xtables lock like every other user.
-
-Which iptables: the host's two xtables worlds (legacy and nf_tables) are invisible to
-each other, so the rules must land where kube-proxy, the Go plugins and the operator's
-`iptables` look. Like kube-proxy's iptables-wrapper, the variant whose nat table has more
-rules wins; with none (or a tie), the variant the host's `iptables` command is.
-CNI_META_IPTABLES=nft|legacy forces one. The variant is recorded per attachment, so DEL
-finds the rules where ADD put them.
+"""The iptables backend: the Go portmap's nat rules, written with iptables-restore on the
+host's variant (legacy or nf_tables). Rules, transactions, locking and the choice of
+variant: docs/portmap.md#iptables-backend.
 """
 
 from __future__ import annotations
@@ -42,12 +19,15 @@ from common.errors import (
 )
 from common.log import Log
 from common.state import LOCK_TIMEOUT_ENV, AttachmentStore, lock_timeout
+from common.values import Value
 from portmap import state
 from portmap.config import Attachment
 from portmap.plan import MASQ_ALL, MASQ_NONE, FamilyPlan, Forward, Plan, UdpTargets
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from common.gc import AttachmentId
     from common.state import Stamps
 
@@ -87,19 +67,19 @@ def tool(variant: str, family: int, kind: str) -> str:
 
 
 def run(argv: list[str], data: bytes = b"") -> tuple[int, str]:
-    """Run argv with `data` on its stdin; (exit status, stdout then stderr).
+    """Run argv with `data` on its stdin; (exit status, its stdout and stderr).
 
     posix_spawn and pipes, not subprocess (~10 ms of imports on every call). stdin is
     written whole first: iptables-restore reads all of it before it answers, and the
-    save tools read none.
+    save tools read none. stdout and stderr share one pipe, so neither can fill up while
+    the other is read.
     """
     out_r, out_w = os.pipe()
-    err_r, err_w = os.pipe()
     in_r, in_w = os.pipe() if data else (os.open(os.devnull, os.O_RDONLY), -1)
     actions = [
         (os.POSIX_SPAWN_DUP2, in_r, 0),
         (os.POSIX_SPAWN_DUP2, out_w, 1),
-        (os.POSIX_SPAWN_DUP2, err_w, 2),
+        (os.POSIX_SPAWN_DUP2, out_w, 2),
     ]
     env = {"PATH": ":".join(TOOL_DIRS), "LC_ALL": "C"}
     if "XTABLES_LOCKFILE" in os.environ:
@@ -107,7 +87,7 @@ def run(argv: list[str], data: bytes = b"") -> tuple[int, str]:
     try:
         pid = os.posix_spawn(argv[0], argv, env, file_actions=actions)
     finally:
-        for fd in (in_r, out_w, err_w):
+        for fd in (in_r, out_w):
             os.close(fd)
     if in_w >= 0:
         try:
@@ -118,13 +98,10 @@ def run(argv: list[str], data: bytes = b"") -> tuple[int, str]:
             pass  # it stopped reading (a parse error): its message says why
         finally:
             os.close(in_w)
-    chunks = []
     with os.fdopen(out_r, "rb") as f:
-        chunks.append(f.read())
-    with os.fdopen(err_r, "rb") as f:
-        chunks.append(f.read())
+        out = f.read()
     _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status), b"".join(chunks).decode(errors="replace")
+    return os.waitstatus_to_exitcode(status), out.decode(errors="replace")
 
 
 def save(variant: str, family: int) -> str:
@@ -151,28 +128,31 @@ def listing(variant: str, family: int, chains: tuple[str, ...]) -> str:
     """
     if variant == "legacy" and not legacy_nat_exists(family):
         return ""
-    wait = str(max(1, int(lock_timeout())))
     out = []
     exe = tool(variant, family, "save").removesuffix("-save")
     for chain in chains:
-        code, text = run([exe, "-w", wait, "-t", "nat", "-S", chain])
+        code, text = _waiting([exe], ["-t", "nat", "-S", chain])
         if code == 0:
             out.append(text)
-        elif "xtables lock" in text:
-            raise lock_held(wait)
         # (iptables-nft 1.8.9 calls a chain that does not exist "incompatible")
         elif "No chain" not in text and "incompatible" not in text:
             raise CniError(KERNEL_FAILURE, f"cannot list {chain} (iptables-{variant})", text)
     return "\n".join(out)
 
 
-def lock_held(wait: str) -> CniError:
-    lock = os.environ.get("XTABLES_LOCKFILE", "/run/xtables.lock")
-    return CniError(
-        TRY_AGAIN_LATER,
-        f"another iptables user (iptables-restore?) holds {lock}",
-        f"waited {wait}s ({LOCK_TIMEOUT_ENV}); try again later",
-    )
+def _waiting(head: list[str], tail: list[str], data: bytes = b"") -> tuple[int, str]:
+    """run() of `head -w N tail`: the tool waits up to our lock timeout for the xtables
+    lock, like every other iptables user; error 11 when it stayed taken."""
+    wait = str(max(1, int(lock_timeout())))
+    code, out = run([*head, "-w", wait, *tail], data)
+    if code != 0 and "xtables lock" in out:
+        lock = os.environ.get("XTABLES_LOCKFILE", "/run/xtables.lock")
+        raise CniError(
+            TRY_AGAIN_LATER,
+            f"another iptables user (iptables-restore?) holds {lock}",
+            f"waited {wait}s ({LOCK_TIMEOUT_ENV}); try again later",
+        )
+    return code, out
 
 
 def legacy_nat_exists(family: int) -> bool:
@@ -188,13 +168,10 @@ def restore(variant: str, family: int, lines: list[str]) -> str:
     """Commit `lines` to the nat table in one transaction; "" or the tool's complaint
     (with the text of the line it names: iptables-legacy-restore gives only its number)."""
     text = "*nat\n" + "\n".join(lines) + "\nCOMMIT\n"
-    wait = str(max(1, int(lock_timeout())))
-    code, out = run([tool(variant, family, "restore"), "--noflush", "-w", wait], text.encode())
+    code, out = _waiting([tool(variant, family, "restore"), "--noflush"], [], text.encode())
     if code == 0:
         return ""
     complaint = out.strip() or "failed"
-    if "xtables lock" in complaint:  # iptables-legacy-restore waited `wait` seconds for it
-        raise lock_held(wait)
     _, found, rest = complaint.partition("line ")
     number = rest.split(" ", 1)[0].rstrip(":")
     if found and number.isdigit() and 2 <= int(number) <= len(lines) + 1:
@@ -217,7 +194,7 @@ def host_default() -> str:
     return "nft"
 
 
-def choose_variant(log: Log | None = None) -> tuple[str, str]:
+def choose_variant(log: Log) -> tuple[str, str]:
     """(variant, its IPv4 nat table as saved) for this call.
 
     The one whose nat table holds more rules, as kube-proxy's iptables-wrapper decides
@@ -239,7 +216,7 @@ def choose_variant(log: Log | None = None) -> tuple[str, str]:
         chosen = "nft" if count["nft"] > count["legacy"] else "legacy"
     else:
         chosen = host_default()
-    if log is not None and count["nft"] and count["legacy"]:
+    if count["nft"] and count["legacy"]:
         log.warning(
             f"both iptables variants have nat rules (nft {count['nft']}, legacy "
             f"{count['legacy']}): using iptables-{chosen}"
@@ -259,30 +236,16 @@ def quote(word: str) -> str:
 
 
 def split_words(text: str) -> Words:
-    """The words of a saved rule: iptables-save quotes ("...", with \\ escapes) only
-    words that need it."""
-    if "\\" not in text:
-        words: Words = []
-        for i, part in enumerate(text.split('"')):
-            words += [part] if i % 2 else part.split()
-        return words
-    words, word, quoted, escaped, started = [], [], False, False, False
-    for ch in text:
-        if escaped:
-            word.append(ch)
-            escaped = False
-        elif quoted and ch == "\\":
-            escaped = True
-        elif ch == '"':
-            quoted, started = not quoted, True
-        elif ch in " \t" and not quoted:
-            if word or started:
-                words.append("".join(word))
-            word, started = [], False
-        else:
-            word.append(ch)
-    if word or started:
-        words.append("".join(word))
+    """The words of a saved rule. iptables-save quotes ("...") only words that need it,
+    and inside the quotes puts a backslash before \\, " and ' (and nowhere else)."""
+    escaped = "\\" in text
+    if escaped:  # out of the way of the split on quotes; put back after it
+        text = text.replace("\\\\", "\0").replace('\\"', "\1").replace("\\'", "'")
+    words: Words = []
+    for i, part in enumerate(text.split('"')):
+        words += [part] if i % 2 else part.split()
+    if escaped:
+        words = [word.replace("\1", '"').replace("\0", "\\") for word in words]
     return words
 
 
@@ -327,16 +290,18 @@ class NatTable:
         return out
 
 
-class Jump:
+class Jump(Value):
     """One rule of CNI-HOSTPORT-DNAT: the fields conflicts, DEL and GC look at."""
 
-    __slots__ = ("comment", "dports", "host_ip", "protocol", "raw", "target")
+    raw: str
+    protocol: str = ""
+    comment: str = ""
+    target: str = ""
+    host_ip: str | None = None
+    dports: tuple[int, int] | None = None
 
     def __init__(self, raw: str) -> None:
-        self.raw = raw
-        self.protocol = self.comment = self.target = ""
-        self.host_ip: str | None = None
-        self.dports: tuple[int, int] | None = None
+        super().__init__(raw)
         words = split_words(raw)
         for i, word in enumerate(words[:-1]):
             value = words[i + 1]
@@ -368,13 +333,9 @@ class Jump:
 # ---------------------------------------------------------------------------- rules
 
 
-def _host(address: str, family: int) -> str:
-    return f"{address}/{128 if family == 6 else 32}"
-
-
 def _ports(fw: Forward, family: int, ports: str) -> Words:
     """The destination part of a rule, in the order iptables-save prints it."""
-    words = ["-d", _host(fw.host_ip, family)] if fw.host_ip else []
+    words = ["-d", f"{fw.host_ip}/{128 if family == 6 else 32}"] if fw.host_ip else []
     return [*words, "-p", fw.protocol, "-m", fw.protocol, "--dport", ports]
 
 
@@ -396,49 +357,63 @@ def per_port(fp: FamilyPlan, fw: Forward, mark_chain: str) -> list[Words]:
 def jump(fp: FamilyPlan, fw: Forward, chain: str, comment: str) -> Words:
     last = fw.host_port + fw.count - 1
     ports = f"{fw.host_port}:{last}" if fw.count > 1 else str(fw.host_port)
-    words = _ports(fw, fp.family, ports)
-    words += conditions(fp.conditions)
+    # The conditions passed an allowlist of plain matches when the config was parsed
+    # (portmap.config.check_iptables_conditions): they can only narrow the jump.
+    words = [*_ports(fw, fp.family, ports), *fp.conditions]
     return [*words, "-m", "comment", "--comment", comment, "-j", chain]
-
-
-def setmark(bit: int) -> Words:
-    mark = f"{1 << bit:#x}/{1 << bit:#x}"
-    return ["-m", "comment", "--comment", "CNI portfwd masquerade mark",
-            "-j", "MARK", "--set-xmark", mark]  # fmt: skip
-
-
-def masq(bit: int) -> Words:
-    return ["-m", "mark", "--mark", f"{1 << bit:#x}/{1 << bit:#x}", "-j", "MASQUERADE"]
-
-
-def entry(target: str) -> Words:
-    if target == TOP:
-        return ["-m", "addrtype", "--dst-type", "LOCAL", "-j", TOP]
-    return ["-m", "comment", "--comment", "CNI portfwd requiring masquerade", "-j", target]
-
-
-def conditions(tokens: tuple[str, ...]) -> Words:
-    """iptables argv conditions as rule words. They were held to an allowlist of plain
-    matches when the config was parsed (portmap.config.check_iptables_conditions): address
-    and interface options and side-effect-free match modules, with plain values only."""
-    return list(tokens)
 
 
 # ---------------------------------------------------------------------------- changes
 
 
-def removal(table: NatTable, chain: str) -> tuple[list[str], list[tuple[str | None, int]]]:
-    """Lines deleting the jumps to `chain` and the chain; its UDP (host ip, port)s."""
+def removal(table: NatTable, chain: str, family: int) -> tuple[list[str], UdpTargets]:
+    """Lines deleting the jumps to `chain` and the chain; its UDP mappings."""
     if chain not in table.chains:
         return [], []
     lines = [j.delete() for j in table.jumps() if j.target == chain]
     lines += [f"-F {chain}", f"-X {chain}"]
-    udp: list[tuple[str | None, int]] = []
+    udp: UdpTargets = []
     for raw in table.lines.get(chain, []):
         rule = Jump(raw)
         if rule.protocol == "udp" and rule.target == "DNAT" and rule.dports:
-            udp.append((rule.host_ip, rule.dports[0]))
+            udp.append((family, rule.host_ip, rule.dports[0]))
     return lines, udp
+
+
+def sweep(
+    table: NatTable, family: int, stale: Callable[[Jump], bool]
+) -> tuple[list[str], UdpTargets]:
+    """Lines deleting the jumps `stale` picks and the chains they go to (a chain that
+    another rule still jumps to stays: only the picked jumps go); their UDP mappings."""
+    jumps = table.jumps()
+    doomed = [j for j in jumps if stale(j)]
+    lines: list[str] = []
+    udp: UdpTargets = []
+    for chain in sorted({j.target for j in doomed}):
+        if any(j.target == chain and not stale(j) for j in jumps):
+            lines += [j.delete() for j in doomed if j.target == chain]
+        else:
+            more, found = removal(table, chain, family)
+            lines += more
+            udp += found
+    return lines, udp
+
+
+def commit(variant: str, family: int, lines: list[str], what: str) -> None:
+    """restore(), failing the call when the tool refuses (no lines: nothing is run)."""
+    if not lines:
+        return
+    complaint = restore(variant, family, lines)
+    if complaint:
+        raise CniError(KERNEL_FAILURE, f"iptables-{variant}-restore refused to {what}", complaint)
+
+
+def delete_chain(variant: str, family: int, chain: str) -> UdpTargets:
+    """Delete `chain` and the jumps to it from CNI-HOSTPORT-DNAT, if there (the caller
+    holds LOCK); its UDP mappings."""
+    lines, udp = removal(NatTable(listing(variant, family, (chain, TOP))), chain, family)
+    commit(variant, family, lines, f"delete the IPv{family} port mappings ({chain})")
+    return udp
 
 
 def conflicts(table: NatTable, fp: FamilyPlan, att: Attachment, sd: AttachmentStore) -> None:
@@ -474,14 +449,17 @@ def installation(table: NatTable, fp: FamilyPlan, plan: Plan) -> list[str]:
             "create it first (kube-proxy makes KUBE-MARK-MASQ), or leave the option out",
         )
     if fp.masquerade != MASQ_NONE and not external:
-        lines += table.ensure(SETMARK, setmark(bit))
-        lines += table.ensure(MASQ, masq(bit))
-        lines += table.ensure("POSTROUTING", entry(MASQ), first=True)
+        mark = f"{1 << bit:#x}/{1 << bit:#x}"
+        setmark = ["-m", "comment", "--comment", "CNI portfwd masquerade mark", "-j", "MARK"]
+        lines += table.ensure(SETMARK, [*setmark, "--set-xmark", mark])
+        lines += table.ensure(MASQ, ["-m", "mark", "--mark", mark, "-j", "MASQUERADE"])
+        to_masq = ["-m", "comment", "--comment", "CNI portfwd requiring masquerade", "-j", MASQ]
+        lines += table.ensure("POSTROUTING", to_masq, first=True)
     if TOP not in table.chains:
         lines.append(f"-N {TOP}")
         table.chains.add(TOP)
     for hook in ("PREROUTING", "OUTPUT"):
-        lines += table.ensure(hook, entry(TOP))
+        lines += table.ensure(hook, ["-m", "addrtype", "--dst-type", "LOCAL", "-j", TOP])
     if name in table.chains:  # a repeated ADD: replace what is there
         lines += [j.delete() for j in table.jumps() if j.target == name]
         lines.append(f"-F {name}")
@@ -490,9 +468,8 @@ def installation(table: NatTable, fp: FamilyPlan, plan: Plan) -> list[str]:
     mark_chain = external or SETMARK
     for fw in fp.forwards:
         lines += [line("-A", name, words) for words in per_port(fp, fw, mark_chain)]
-    comment = COMMENT_PREFIX + att.comment
     for fw in fp.forwards:
-        words = jump(fp, fw, name, comment)
+        words = jump(fp, fw, name, COMMENT_PREFIX + att.comment)
         # specific addresses before every wildcard
         lines.append(line("-I", TOP, words) if fw.host_ip else line("-A", TOP, words))
     return lines
@@ -522,15 +499,6 @@ class XtablesBackend:
             return NatTable(text)
         return NatTable(save(variant, family))
 
-    def _commit(self, variant: str, family: int, lines: list[str], what: str) -> None:
-        if not lines:
-            return
-        complaint = restore(variant, family, lines)
-        if complaint:
-            raise CniError(
-                KERNEL_FAILURE, f"iptables-{variant}-restore refused to {what}", complaint
-            )
-
     def _recorded(self, att: Attachment) -> list[tuple[int, str]] | None:
         """(family, variant) of what a previous ADD recorded, or None."""
         recorded = self.sd.load(att)
@@ -558,7 +526,7 @@ class XtablesBackend:
             )
             for family, old in previous:  # a repeated ADD after the host changed variant
                 if old != variant:
-                    self._delete_family(old, family, name)
+                    delete_chain(old, family, name)
             done: list[int] = []
             try:
                 for attempt in (1, 2):
@@ -572,7 +540,7 @@ class XtablesBackend:
                             raise
             except CniError:
                 for family in done:
-                    self._delete_family(variant, family, name)
+                    delete_chain(variant, family, name)
                 self.sd.forget(att)
                 raise
             self.sd.save(att, state.Recorded(att, NAME, objects))
@@ -589,16 +557,12 @@ class XtablesBackend:
             if fp.forwards:
                 changes.append((fp.family, installation(table, fp, plan)))
             else:
-                changes.append((fp.family, removal(table, chain_name(plan.attachment))[0]))
+                lines = removal(table, chain_name(plan.attachment), fp.family)[0]
+                changes.append((fp.family, lines))
         for family, lines in changes:
             what = f"install the IPv{family} port mappings of {plan.attachment}"
-            self._commit(variant, family, lines, what)
+            commit(variant, family, lines, what)
             done.append(family)
-
-    def _delete_family(self, variant: str, family: int, name: str) -> list[tuple[str | None, int]]:
-        lines, udp = removal(NatTable(listing(variant, family, (name, TOP))), name)
-        self._commit(variant, family, lines, f"delete the IPv{family} port mappings ({name})")
-        return udp
 
     def delete(self, att: Attachment, plan: Plan | None) -> UdpTargets:
         name = chain_name(att)
@@ -609,8 +573,7 @@ class XtablesBackend:
                 variant = self._variant()
                 where = [(4, variant), (6, variant)]
             for family, variant in where:
-                udp = self._delete_family(variant, family, name)
-                targets += [(family, ip, port) for ip, port in udp]
+                targets += delete_chain(variant, family, name)
             self.sd.forget(att)
         return targets
 
@@ -650,26 +613,22 @@ class XtablesBackend:
     def gc(self, network: str, valid: set[AttachmentId], before: Stamps) -> UdpTargets:
         """Both variants: an attachment may have been added before the host switched."""
         targets: UdpTargets = []
-        network_tag = Attachment(network, "", "").network_tag
+        network_tag = Attachment(network, "", "").network_tag + "-"
         with self.sd.lock(LOCK):
             valid_tags, stale = state.sweep(self.sd, network, valid, before)
+
+            def doomed(jump: Jump) -> bool:
+                return jump.owner.startswith(network_tag) and jump.owner not in valid_tags
+
             for variant in VARIANTS:
                 for family in (4, 6):
                     try:
                         table = NatTable(save(variant, family))
                     except CniError:
                         continue  # that variant is not installed: nothing of ours there
-                    doomed = {
-                        j.target
-                        for j in table.jumps()
-                        if j.owner.startswith(network_tag + "-") and j.owner not in valid_tags
-                    }
-                    lines: list[str] = []
-                    for chain in sorted(doomed):
-                        more, udp = removal(table, chain)
-                        lines += more
-                        targets += [(family, ip, port) for ip, port in udp]
-                    self._commit(variant, family, lines, f"delete stale IPv{family} port mappings")
+                    lines, udp = sweep(table, family, doomed)
+                    targets += udp
+                    commit(variant, family, lines, f"delete stale IPv{family} port mappings")
             for recorded in stale:
                 if recorded.backend == NAME:
                     self.sd.forget(recorded)

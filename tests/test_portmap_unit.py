@@ -372,13 +372,13 @@ def test_gc_picks_only_the_go_jumps_of_its_network_whose_container_is_gone(
             return "\n".join(["-N CNI-HOSTPORT-DNAT", *top])
         return "\n".join(chains.get(n, "") for n in names)
 
-    def has_top(variant: str, family: int) -> bool:
-        return (variant, family) == ("nft", 4)
+    def may_have(variant: str, family: int, chain: str) -> bool:
+        return (variant, family, chain) == ("nft", 4, go_takeover.TOP)
 
     committed: list[list[str]] = []
     monkeypatch.setattr(xtables, "listing", listing)
     monkeypatch.setattr(xtables, "restore", lambda v, f, lines: committed.append(lines) or "")
-    monkeypatch.setattr(go_takeover, "_has_top", has_top)
+    monkeypatch.setattr(go_takeover, "_may_have", may_have)
     monkeypatch.setenv("CNI_META_STATE_ROOT", str(tmp_path))
 
     udp = go_takeover.gc("n", {AttachmentId("kept", "net1")}, state.store(), Log(""))

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from portmap import nft
+from portmap import go_takeover, nft
 from portmap.config import Attachment
 from portmap.xtables import chain_name
 from tests.harness.fake_kernel import FakeKernel
@@ -307,6 +307,37 @@ def test_del_without_any_state_succeeds_and_sends_nothing(world: World) -> None:
     assert world.run("DEL") == (0, None)
     assert world.fake.sent() == ""
     assert world.fake.dump() == f"sysctl {ROUTE_LOCALNET} = 0\n"
+
+
+def test_del_without_state_removes_the_go_portmaps_iptables_mappings(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pod the Go portmap set up with iptables-nft: our DEL (no state of ours for it)
+    removes Go's chain and the jumps to it with the iptables tools, as our iptables
+    backend removes its own, and flushes its UDP conntrack; another Go pod's stay."""
+    nat = world.fake.xtables.table("nft", 4)
+    nat["CNI-HOSTPORT-DNAT"] = []
+    made: dict[str, list[str]] = {}
+    for cid, port in (("ctr1", 5353), ("goother", 5354)):
+        name = go_takeover.go_chain_name(NET, cid)
+        rule = f"-A {name} -p udp -m udp --dport {port} -j DNAT --to-destination 10.88.0.9:53"
+        comment = f'"dnat name: \\"{NET}\\" id: \\"{cid}\\""'
+        jump = (f"-A CNI-HOSTPORT-DNAT -p udp -m comment --comment {comment} "
+                f"-m multiport --dports {port} -j {name}")  # fmt: skip
+        nat[name] = [rule]
+        nat["CNI-HOSTPORT-DNAT"].append(jump)
+        made[cid] = [jump, f":{name}", rule]
+    kept = "".join(f"{x}\n" for x in world.fake.dump().splitlines() if x not in made["ctr1"])
+
+    def nft_has(family: int, table: str, chain: str | None = None) -> bool:
+        return table == "nat" and chain in world.fake.xtables.table("nft", family)
+
+    monkeypatch.setattr(go_takeover, "nft_has", nft_has)
+    assert world.run("DEL") == (0, None)
+    name = go_takeover.go_chain_name(NET, "ctr1")
+    undo = ["-D" + made["ctr1"][0][2:], f"-F {name}", f"-X {name}"]
+    assert world.fake.sent() == sent("nft ipv4", undo) + FLUSH
+    assert world.fake.dump() == kept
 
 
 def test_del_of_one_attachment_keeps_the_others(world: World) -> None:
