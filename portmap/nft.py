@@ -5,7 +5,8 @@ libnftables traps worked around: docs/portmap.md#nftables-backend-default.
 
 from __future__ import annotations
 
-from common import jsontext as json
+from itertools import pairwise
+
 from common.digest import sha256_hex
 from common.errors import CHECK_FAILED, CONFLICT, KERNEL_FAILURE, STATUS_UNAVAILABLE, CniError
 from common.log import Log
@@ -18,7 +19,6 @@ from portmap.plan import ANY, MASQ_ALL, MASQ_NONE, MASQ_SUBNET, FamilyPlan, Plan
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable
-    from typing import Any
 
     from common.gc import AttachmentId
     from common.state import Stamps
@@ -271,53 +271,19 @@ def _normal_key(key: str) -> str:
     return " . ".join(parts)
 
 
-def parse_get_output(text: str) -> dict[str, tuple[str, str]]:
-    """`get element` text output -> {key: (comment, data)}. Neither our keys nor our
-    comments contain a comma, a brace, a quote or " : "."""
-    out: dict[str, tuple[str, str]] = {}
-    start = text.find("elements = {")
-    if start < 0:
-        return out
-    start += len("elements = {")
-    for item in text[start : text.find("}", start)].split(","):
-        key, _, data = " ".join(item.split()).partition(" : ")
-        key, _, comment = key.partition(' comment "')
-        if key:
-            out[_normal_key(key)] = (comment.removesuffix('"'), data)
-    return out
-
-
-def _json_value_text(value: Any) -> str:
-    if isinstance(value, dict):
-        if "concat" in value:
-            return " . ".join(_json_value_text(v) for v in value["concat"])
-        if "elem" in value:
-            return _json_value_text(value["elem"].get("val"))
-        if "prefix" in value:
-            p = value["prefix"]
-            return f"{p['addr']}/{p['len']}"
-        for verdict in ("goto", "jump"):
-            if verdict in value:
-                return f"{verdict} {value[verdict]['target']}"
-    return str(value)
-
-
-def parse_listing(listing: str) -> list[tuple[Element, str]]:
-    """`list table` JSON -> every element of our sets and maps with its comment."""
-    out: list[tuple[Element, str]] = []
-    for obj in json.loads(listing).get("nftables", []):
-        body = obj.get("set") or obj.get("map")
-        if not isinstance(body, dict):
-            continue
-        for item in body.get("elem", []):
-            data = ""
-            if isinstance(item, list):  # a map element: [key, data]
-                item, data_raw = item
-                data = _json_value_text(data_raw)
-            comment = item.get("elem", {}).get("comment", "") if isinstance(item, dict) else ""
-            e = Element(body["name"], _normal_key(_json_value_text(item)), data)
-            if is_plain(e):
-                out.append((e, comment))
+def parse_elements(text: str) -> list[tuple[Element, str]]:
+    """Every element, with its comment, in nft's text output of `get element`, `list set`
+    or `list table`: `set|map NAME { ... elements = { KEY [comment "TEXT"] [: DATA], ... }`.
+    Neither our keys nor our comments contain a comma, a brace, a quote or " : "."""
+    out = []
+    blocks = text.split("elements = {")
+    for head, block in pairwise(blocks):
+        name = head[: head.rindex("{")].split()[-1]
+        for item in block[: block.find("}")].split(","):
+            key, _, data = " ".join(item.split()).partition(" : ")
+            key, _, comment = key.partition(' comment "')
+            if key:
+                out.append((Element(name, _normal_key(key), data), comment.removesuffix('"')))
     return out
 
 
@@ -369,7 +335,7 @@ class Nft:
             for e in group if len(group) > 1 else ():
                 found.update(self._get_some(name, [e]))
             return found
-        live = parse_get_output(out)
+        live = {e.key: (comment, e.data) for e, comment in parse_elements(out)}
         return {e: live[e.key] for e in group if e.key in live}
 
     def has_lane(self, lane: Lane) -> bool:
@@ -380,16 +346,12 @@ class Nft:
         return rc == 0 and f"table {T}\n" in out + "\n"
 
     def listing(self) -> list[tuple[Element, str]]:
-        self.set_json_output(True)
-        try:
-            rc, out, err = self.run(f"list table {T}")
-        finally:
-            self.set_json_output(False)
+        rc, out, err = self.run(f"list table {T}")
         if rc != 0:
             if "No such file or directory" in err:
                 return []
             raise CniError(KERNEL_FAILURE, f"cannot list nft table {T}", _first_error(err))
-        return parse_listing(out)
+        return [(e, comment) for e, comment in parse_elements(out) if is_plain(e)]
 
 
 def _first_error(err: str) -> str:
@@ -588,7 +550,7 @@ class NftBackend:
             return False
         for family in (4, 6):
             rc, out, _ = nft.run(f"list set {T} claims{family}")
-            if rc != 0 or any(tag_of(c) != att.tag for c, _ in parse_get_output(out).values()):
+            if rc != 0 or any(tag_of(c) != att.tag for _, c in parse_elements(out)):
                 return False
         return True
 
