@@ -322,21 +322,19 @@ class Nft:
     def get(self, elements: list[Element]) -> dict[Element, tuple[str, str]]:
         """The live (comment, data) of those of `elements` that exist."""
         found: dict[Element, tuple[str, str]] = {}
-        for name, everything in _grouped(elements).items():
-            for i in range(0, len(everything), GET_CHUNK):
-                found.update(self._get_some(name, everything[i : i + GET_CHUNK]))
+        for name, group in _grouped(elements).items():
+            for i in range(0, len(group), GET_CHUNK):
+                chunk = group[i : i + GET_CHUNK]
+                rc, out, _ = self.run(
+                    f"get element {T} {name} {{ {', '.join(e.key for e in chunk)} }}"
+                )
+                if rc == 0:
+                    live = {e.key: (comment, e.data) for e, comment in parse_elements(out)}
+                    found.update((e, live[e.key]) for e in chunk if e.key in live)
+                elif len(chunk) > 1:  # one missing key fails the whole get: ask one by one
+                    for e in chunk:
+                        found.update(self.get([e]))
         return found
-
-    def _get_some(self, name: str, group: list[Element]) -> dict[Element, tuple[str, str]]:
-        rc, out, _ = self.run(f"get element {T} {name} {{ {', '.join(e.key for e in group)} }}")
-        if rc != 0:
-            # One missing key fails the whole get: ask one by one.
-            found: dict[Element, tuple[str, str]] = {}
-            for e in group if len(group) > 1 else ():
-                found.update(self._get_some(name, [e]))
-            return found
-        live = {e.key: (comment, e.data) for e, comment in parse_elements(out)}
-        return {e: live[e.key] for e in group if e.key in live}
 
     def has_lane(self, lane: Lane) -> bool:
         return self.run(f"get element {T} lanes {{ {lane.id} }}")[0] == 0
@@ -378,13 +376,12 @@ def is_plain(e: Element) -> bool:
 def _state_elements(recorded: state.Recorded | None) -> list[Element] | None:
     if recorded is None or recorded.backend != NAME:
         return None
-    out = []
-    for item in recorded.objects:
-        if isinstance(item, list) and len(item) == 2 and all(isinstance(x, str) for x in item):
-            e = Element(item[0], item[1])
-            if is_plain(e):
-                out.append(e)
-    return out
+    elements = [
+        Element(*item)
+        for item in recorded.objects
+        if isinstance(item, list) and len(item) == 2 and all(isinstance(x, str) for x in item)
+    ]
+    return [e for e in elements if is_plain(e)]
 
 
 class NftBackend:
