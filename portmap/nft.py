@@ -135,10 +135,7 @@ def skeleton_text() -> list[str]:
 def prefix_mask(family: int, prefix: int) -> str:
     import ipaddress
 
-    bits = 32 if family == 4 else 128
-    mask = ((1 << bits) - 1) ^ ((1 << (bits - prefix)) - 1)
-    addr = ipaddress.IPv4Address(mask) if family == 4 else ipaddress.IPv6Address(mask)
-    return addr.compressed
+    return ipaddress.ip_network(f"{ANY[family]}/{prefix}").netmask.compressed
 
 
 def masq_chain(family: int, prefix: int) -> str:
