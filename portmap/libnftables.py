@@ -1,9 +1,6 @@
-"""libnftables through ctypes: the project's one binding of it (the nftables backend's).
-
-Not pip-nftables' Nftables class, although it wraps the same calls: its destructor runs
-nft_ctx_free at every process exit, which with portmap's table in the context's cache
-took 0.4-15 ms, and `import nftables` costs another 0.3-0.5 ms. A context here lives as
-long as the process.
+"""libnftables through ctypes: the project's one binding of it. Not pip-nftables' class
+over the same calls: its destructor's nft_ctx_free at exit is slow with our table cached
+(docs/portmap.md#nftables-backend-default); a context here lives as long as the process.
 """
 
 from __future__ import annotations
@@ -13,7 +10,7 @@ if TYPE_CHECKING:
     import ctypes
 
 SONAME = "libnftables.so.1"
-_OUTPUT_JSON = 1 << 4  # NFT_CTX_OUTPUT_JSON
+_OUTPUT_JSON = 1 << 4  # NFT_CTX_OUTPUT_JSON; no other output flag is ever set
 _lib: ctypes.CDLL | None = None
 
 
@@ -27,12 +24,10 @@ def load() -> ctypes.CDLL:
         ptr = ctypes.c_void_p
         for name, restype, argtypes in (
             ("nft_ctx_new", ptr, [ctypes.c_int]),
-            ("nft_ctx_free", None, [ptr]),
             ("nft_ctx_buffer_output", ctypes.c_int, [ptr]),
             ("nft_ctx_buffer_error", ctypes.c_int, [ptr]),
             ("nft_ctx_get_output_buffer", ctypes.c_char_p, [ptr]),
             ("nft_ctx_get_error_buffer", ctypes.c_char_p, [ptr]),
-            ("nft_ctx_output_get_flags", ctypes.c_uint, [ptr]),
             ("nft_ctx_output_set_flags", None, [ptr, ctypes.c_uint]),
             ("nft_run_cmd_from_buffer", ctypes.c_int, [ptr, ctypes.c_char_p]),
         ):
@@ -56,9 +51,7 @@ class Context:
         self.lib.nft_ctx_buffer_error(self.ctx)
 
     def set_json_output(self, on: bool) -> None:
-        flags = self.lib.nft_ctx_output_get_flags(self.ctx)
-        flags = flags | _OUTPUT_JSON if on else flags & ~_OUTPUT_JSON
-        self.lib.nft_ctx_output_set_flags(self.ctx, flags)
+        self.lib.nft_ctx_output_set_flags(self.ctx, _OUTPUT_JSON if on else 0)
 
     def run(self, text: str) -> tuple[int, str, str]:
         """(return code, output, errors) of nft commands in nft's own syntax."""

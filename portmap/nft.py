@@ -1,44 +1,12 @@
-"""The nftables backend: every mapping is a map element, so cost does not grow with them.
-
-Table `inet cni_meta_portmap` (ours alone; Go's `cni_hostport` and netavark's tables are
-never touched):
-
-    set claims4/6    (host address or 0.0.0.0/::) . proto . port  -> owner comment
-                     `create element` fails on a key somebody else holds: conflicts are
-                     detected atomically, inside the transaction that would install them
-    map hostip4/6    host address . proto . port : container address . port   (DNAT)
-    map any4/6       proto . port : container address . port  (hostIP empty/0.0.0.0/::)
-    map masq4/6      container address : goto masq4-p<prefix> | goto masq-all
-    set hairpin4/6   container subnet . container address  (hairpin and neighbours)
-    set lanes        condition lanes present (see below)
-
-    chain prerouting/output (nat, dstnat): fib daddr type local jump hostports
-    chain hostports: dnat ... map @hostip4, @hostip6 first, then @any4, @any6
-    chain postrouting (nat, srcnat): ct status dnat ip daddr vmap @masq4 (and ip6)
-    chain masq4-p16: ip saddr 127.0.0.0/8 masquerade;
-                     ip saddr & 255.255.0.0 . ip daddr @hairpin4 masquerade
-
-Precedence: a mapping for a specific host address wins over a wildcard one on the same
-port and protocol for packets sent to that address; the wildcard serves every other
-local address. Both may be held by different attachments at once.
-
-Conditions (conditionsV4/V6) are per attachment: attachments with the same conditions
-share a "lane", i.e. their own hostip/any maps behind one rule carrying the conditions.
-Ownership: every element carries the owner's tag in its comment; the claims set makes a
-host port exclusive across lanes.
-
-All input is nft *text*: libnftables 1.0.6 (Debian 12) mis-creates and then crashes with
-SIGSEGV on a JSON map whose data is a concatenation (`ipv4_addr . inet_service`), which
-is exactly what the DNAT maps are. JSON is only read (listings for GC and CHECK).
-
-Every ADD, DEL and GC is one libnftables transaction, under a lock because nft has no
-compare-and-delete. The hot path never lists the table (that would cost time linear in
-the number of mappings): it uses `get element` on known keys.
+"""The nftables backend: every mapping is an element of a set or map in our own table, so
+the cost does not grow with the mappings. The table's layout, lanes, ownership and the
+libnftables traps worked around: docs/portmap.md#nftables-backend-default.
 """
 
 from __future__ import annotations
 
-from common import jsontext as json
+from itertools import pairwise
+
 from common.digest import sha256_hex
 from common.errors import CHECK_FAILED, CONFLICT, KERNEL_FAILURE, STATUS_UNAVAILABLE, CniError
 from common.log import Log
@@ -46,22 +14,18 @@ from common.state import AttachmentStore
 from common.values import OrderedValue, Value
 from portmap import libnftables, state
 from portmap.config import PROTOCOL_NAMES, Attachment
-from portmap.plan import ANY, MASQ_ALL, MASQ_NONE, MASQ_SUBNET, FamilyPlan, Plan
+from portmap.plan import ANY, MASQ_ALL, MASQ_NONE, MASQ_SUBNET, FamilyPlan, Plan, UdpTargets
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable
-    from typing import Any
 
     from common.gc import AttachmentId
     from common.state import Stamps
 
 NAME = "nftables"
-TABLE = "cni_meta_portmap"
-T = f"inet {TABLE}"
+T = "inet cni_meta_portmap"
 IPX = {4: "ip", 6: "ip6"}
-ADDR = {4: "ipv4_addr", 6: "ipv6_addr"}
-NFPROTO = {4: "ipv4", 6: "ipv6"}
 LOCK = "nftables.lock"
 # libnftables 1.0.6 crashes (SIGSEGV) on a `get element` of a few hundred keys: ask in
 # small batches.
@@ -74,14 +38,8 @@ GET_CHUNK = 50
 class Lane(Value):
     """The maps and rules shared by attachments with the same conditions (per family)."""
 
-    __slots__ = ("conditions", "family")
-
     family: int
     conditions: tuple[str, ...]
-
-    def __init__(self, family: int, conditions: tuple[str, ...]) -> None:
-        self.family = family
-        self.conditions = conditions
 
     @property
     def id(self) -> int:
@@ -101,12 +59,12 @@ class Lane(Value):
         return f"any{self.family}{self.suffix}"
 
     def maps_text(self) -> list[str]:
-        f = self.family
+        addr = f"ipv{self.family}_addr"
         return [
-            f"add map {T} {self.hostip_map} {{ type {ADDR[f]} . inet_proto . inet_service : "
-            f"{ADDR[f]} . inet_service; }}",
+            f"add map {T} {self.hostip_map} {{ type {addr} . inet_proto . inet_service : "
+            f"{addr} . inet_service; }}",
             f"add map {T} {self.any_map} {{ type inet_proto . inet_service : "
-            f"{ADDR[f]} . inet_service; }}",
+            f"{addr} . inet_service; }}",
         ]
 
     def hostip_rule(self) -> str:
@@ -119,7 +77,7 @@ class Lane(Value):
     def any_rule(self) -> str:
         ipx = IPX[self.family]
         return (
-            f"{' '.join(self.conditions)} meta nfproto {NFPROTO[self.family]} dnat {ipx} to "
+            f"{' '.join(self.conditions)} meta nfproto ipv{self.family} dnat {ipx} to "
             f"meta l4proto . th dport map @{self.any_map}"
         ).strip()
 
@@ -134,6 +92,14 @@ class Lane(Value):
 
 
 DEFAULT_LANES = (Lane(4, ()), Lane(6, ()))
+CHAINS = {
+    "hostports": "",
+    "masq-all": "",
+    "prerouting": " { type nat hook prerouting priority dstnat; policy accept; }",
+    # `priority dstnat` is refused on the output hook
+    "output": " { type nat hook output priority -100; policy accept; }",
+    "postrouting": " { type nat hook postrouting priority srcnat; policy accept; }",
+}
 
 
 def skeleton_text() -> list[str]:
@@ -143,25 +109,18 @@ def skeleton_text() -> list[str]:
         f"add set {T} lanes {{ type mark; }}",
     ]
     for f in (4, 6):
+        addr = f"ipv{f}_addr"
         lines += [
-            f"add set {T} claims{f} {{ type {ADDR[f]} . inet_proto . inet_service; }}",
-            f"add map {T} masq{f} {{ type {ADDR[f]} : verdict; }}",
-            f"add set {T} hairpin{f} {{ type {ADDR[f]} . {ADDR[f]}; }}",
+            f"add set {T} claims{f} {{ type {addr} . inet_proto . inet_service; }}",
+            f"add map {T} masq{f} {{ type {addr} : verdict; }}",
+            f"add set {T} hairpin{f} {{ type {addr} . {addr}; }}",
         ]
     for lane in DEFAULT_LANES:
         lines += lane.maps_text()
-    lines += [
-        f"add chain {T} hostports",
-        f"add chain {T} masq-all",
-        f"add chain {T} prerouting {{ type nat hook prerouting priority dstnat; policy accept; }}",
-        f"add chain {T} output {{ type nat hook output priority -100; policy accept; }}",
-        f"add chain {T} postrouting {{ type nat hook postrouting priority srcnat; "
-        "policy accept; }",
-        f"flush chain {T} hostports",
-        f"flush chain {T} masq-all",
-        f"flush chain {T} prerouting",
-        f"flush chain {T} output",
-        f"flush chain {T} postrouting",
+    return [
+        *lines,
+        *(f"add chain {T} {name}{spec}" for name, spec in CHAINS.items()),
+        *(f"flush chain {T} {name}" for name in CHAINS),
         *(f"add rule {T} hostports {lane.hostip_rule()}" for lane in DEFAULT_LANES),
         *(f"add rule {T} hostports {lane.any_rule()}" for lane in DEFAULT_LANES),
         f"add rule {T} masq-all masquerade",
@@ -171,16 +130,12 @@ def skeleton_text() -> list[str]:
         f"add rule {T} postrouting ct status dnat ip6 daddr vmap @masq6",
         f"add element {T} lanes {{ {', '.join(str(lane.id) for lane in DEFAULT_LANES)} }}",
     ]
-    return lines
 
 
 def prefix_mask(family: int, prefix: int) -> str:
     import ipaddress
 
-    bits = 32 if family == 4 else 128
-    mask = ((1 << bits) - 1) ^ ((1 << (bits - prefix)) - 1)
-    addr = ipaddress.IPv4Address(mask) if family == 4 else ipaddress.IPv6Address(mask)
-    return addr.compressed
+    return ipaddress.ip_network(f"{ANY[family]}/{prefix}").netmask.compressed
 
 
 def masq_chain(family: int, prefix: int) -> str:
@@ -206,19 +161,11 @@ def masq_chain_text(family: int, prefix: int) -> list[str]:
 class Element(OrderedValue):
     """One set/map element; identity is (set, key), `data` is what a map maps it to."""
 
-    __slots__ = ("data", "key", "set")
-
     set: str
     key: str
-    data: str
-
-    def __init__(self, set: str, key: str, data: str = "") -> None:
-        self.set = set
-        self.key = key
-        self.data = data
+    data: str = ""
 
     def _fields(self) -> tuple[object, ...]:
-        # data: not part of the value (as compare=False did)
         return (self.set, self.key)
 
     @property
@@ -293,7 +240,7 @@ def delete_text(elements: Iterable[Element]) -> list[str]:
     ]
 
 
-def udp_targets(elements: Iterable[Element]) -> list[tuple[int, str | None, int]]:
+def udp_targets(elements: Iterable[Element]) -> UdpTargets:
     """(family, host address or None, port) of the UDP claims among `elements`."""
     out = []
     for e in elements:
@@ -310,7 +257,6 @@ def udp_targets(elements: Iterable[Element]) -> list[tuple[int, str | None, int]
 # ---------------------------------------------------------------------------- parsing output
 
 _PROTO_NUMBERS = {str(number): name for number, name in PROTOCOL_NAMES.items()}
-_COMMENT = ' comment "'
 
 
 def _normal_key(key: str) -> str:
@@ -322,64 +268,19 @@ def _normal_key(key: str) -> str:
     return " . ".join(parts)
 
 
-def _item_parts(item: str) -> tuple[str, str, str]:
-    """One element as nft prints it, `KEY [comment "TEXT"] [: DATA]` -> (key, comment,
-    data). Neither our keys nor our comments contain " : " or a quote."""
-    key, _, data = item.partition(" : ")
-    comment = ""
-    at = key.find(_COMMENT)
-    if at >= 0 and key.endswith('"'):
-        key, comment = key[:at], key[at + len(_COMMENT) : -1]
-    return key, comment, data.strip()
-
-
-def parse_get_output(text: str) -> dict[str, tuple[str, str]]:
-    """`get element` text output -> {key: (comment, data)}."""
-    out: dict[str, tuple[str, str]] = {}
-    start = text.find("elements = {")
-    if start < 0:
-        return out
-    end = text.find("}", start + len("elements = {"))
-    body = " ".join(text[start + len("elements = {") : end].split())
-    for item in body.split(","):
-        key, comment, data = _item_parts(item.strip())
-        if not key:
-            continue
-        out[_normal_key(key)] = (comment, data)
-    return out
-
-
-def _json_value_text(value: Any) -> str:
-    if isinstance(value, dict):
-        if "concat" in value:
-            return " . ".join(_json_value_text(v) for v in value["concat"])
-        if "elem" in value:
-            return _json_value_text(value["elem"].get("val"))
-        if "prefix" in value:
-            p = value["prefix"]
-            return f"{p['addr']}/{p['len']}"
-        for verdict in ("goto", "jump"):
-            if verdict in value:
-                return f"{verdict} {value[verdict]['target']}"
-    return str(value)
-
-
-def parse_listing(listing: str) -> list[tuple[Element, str]]:
-    """`list table` JSON -> every element of our sets and maps with its comment."""
-    out: list[tuple[Element, str]] = []
-    for obj in json.loads(listing).get("nftables", []):
-        body = obj.get("set") or obj.get("map")
-        if not isinstance(body, dict):
-            continue
-        for item in body.get("elem", []):
-            data = ""
-            if isinstance(item, list):  # a map element: [key, data]
-                item, data_raw = item
-                data = _json_value_text(data_raw)
-            comment = item.get("elem", {}).get("comment", "") if isinstance(item, dict) else ""
-            e = Element(body["name"], _normal_key(_json_value_text(item)), data)
-            if is_plain(e):
-                out.append((e, comment))
+def parse_elements(text: str) -> list[tuple[Element, str]]:
+    """Every element, with its comment, in nft's text output of `get element`, `list set`
+    or `list table`: `set|map NAME { ... elements = { KEY [comment "TEXT"] [: DATA], ... }`.
+    Neither our keys nor our comments contain a comma, a brace, a quote or " : "."""
+    out = []
+    blocks = text.split("elements = {")
+    for head, block in pairwise(blocks):
+        name = head[: head.rindex("{")].split()[-1]
+        for item in block[: block.find("}")].split(","):
+            key, _, data = " ".join(item.split()).partition(" : ")
+            key, _, comment = key.partition(' comment "')
+            if key:
+                out.append((Element(name, _normal_key(key), data), comment.removesuffix('"')))
     return out
 
 
@@ -410,50 +311,42 @@ class Nft:
         """(return code, output, error text) of one nft command batch."""
         return self.context.run(text)
 
-    def must(self, lines: list[str], what: str) -> str:
-        rc, out, err = self.run("\n".join(lines))
+    def must(self, lines: list[str], what: str) -> None:
+        rc, _, err = self.run("\n".join(lines))
         if rc != 0:
             raise CniError(KERNEL_FAILURE, f"nftables refused to {what}", _first_error(err))
-        return out
 
     def get(self, elements: list[Element]) -> dict[Element, tuple[str, str]]:
         """The live (comment, data) of those of `elements` that exist."""
         found: dict[Element, tuple[str, str]] = {}
-        for name, everything in _grouped(elements).items():
-            for i in range(0, len(everything), GET_CHUNK):
-                found.update(self._get_some(name, everything[i : i + GET_CHUNK]))
+        for name, group in _grouped(elements).items():
+            for i in range(0, len(group), GET_CHUNK):
+                chunk = group[i : i + GET_CHUNK]
+                rc, out, _ = self.run(
+                    f"get element {T} {name} {{ {', '.join(e.key for e in chunk)} }}"
+                )
+                if rc == 0:
+                    live = {e.key: (comment, e.data) for e, comment in parse_elements(out)}
+                    found.update((e, live[e.key]) for e in chunk if e.key in live)
+                elif len(chunk) > 1:  # one missing key fails the whole get: ask one by one
+                    for e in chunk:
+                        found.update(self.get([e]))
         return found
 
-    def _get_some(self, name: str, group: list[Element]) -> dict[Element, tuple[str, str]]:
-        found: dict[Element, tuple[str, str]] = {}
-        if group:
-            rc, out, _ = self.run(f"get element {T} {name} {{ {', '.join(e.key for e in group)} }}")
-            if rc != 0:
-                # One missing key fails the whole get: ask one by one.
-                for e in group if len(group) > 1 else ():
-                    found.update(self._get_some(name, [e]))
-                return found
-            live = parse_get_output(out)
-            for e in group:
-                if e.key in live:
-                    found[e] = live[e.key]
-        return found
+    def has_lane(self, lane: Lane) -> bool:
+        return self.run(f"get element {T} lanes {{ {lane.id} }}")[0] == 0
 
     def table_exists(self) -> bool:
         rc, out, _ = self.run("list tables inet")
         return rc == 0 and f"table {T}\n" in out + "\n"
 
     def listing(self) -> list[tuple[Element, str]]:
-        self.set_json_output(True)
-        try:
-            rc, out, err = self.run(f"list table {T}")
-        finally:
-            self.set_json_output(False)
+        rc, out, err = self.run(f"list table {T}")
         if rc != 0:
             if "No such file or directory" in err:
                 return []
             raise CniError(KERNEL_FAILURE, f"cannot list nft table {T}", _first_error(err))
-        return parse_listing(out)
+        return [(e, comment) for e, comment in parse_elements(out) if is_plain(e)]
 
 
 def _first_error(err: str) -> str:
@@ -480,17 +373,12 @@ def is_plain(e: Element) -> bool:
 def _state_elements(recorded: state.Recorded | None) -> list[Element] | None:
     if recorded is None or recorded.backend != NAME:
         return None
-    out = []
-    for item in recorded.objects:
-        if isinstance(item, list) and len(item) == 2 and all(isinstance(x, str) for x in item):
-            e = Element(item[0], item[1])
-            if is_plain(e):
-                out.append(e)
-    return out
-
-
-def _objects(elements: Iterable[Element]) -> list[list[str]]:
-    return [[name, key] for name, key in sorted({(e.set, e.key) for e in elements})]
+    elements = [
+        Element(*item)
+        for item in recorded.objects
+        if isinstance(item, list) and len(item) == 2 and all(isinstance(x, str) for x in item)
+    ]
+    return [e for e in elements if is_plain(e)]
 
 
 class NftBackend:
@@ -518,8 +406,7 @@ class NftBackend:
             if recorded is None or recorded.committed:
                 self._record(att, [*previous, *wanted], committed=False)
                 lines = [*delete_text(previous), *masq, *add_text(wanted, att.comment)]
-                rc, _, _ = nft.run("\n".join(lines))
-                if rc == 0:
+                if nft.run("\n".join(lines))[0] == 0:
                     self._record(att, wanted)
                     return
             mine = _owned(nft, previous, att.tag)
@@ -551,24 +438,20 @@ class NftBackend:
             )
 
     def _record(self, att: Attachment, elements: Iterable[Element], committed: bool = True) -> None:
-        self.sd.save(att, state.Recorded(att, NAME, _objects(elements), committed))
+        objects = [[name, key] for name, key in sorted({(e.set, e.key) for e in elements})]
+        self.sd.save(att, state.Recorded(att, NAME, objects, committed))
 
     def _missing_setup(self, nft: Nft, plan: Plan) -> list[str]:
         lanes = plan_lanes(plan)
         probe = ", ".join(str(lane.id) for lane in (*DEFAULT_LANES, *lanes))
-        rc, _, _ = nft.run(f"get element {T} lanes {{ {probe} }}")
-        if rc == 0:
+        if nft.run(f"get element {T} lanes {{ {probe} }}")[0] == 0:
             return []
         lines: list[str] = []
         if not nft.table_exists():
             lines += skeleton_text()
             present = {lane.id for lane in DEFAULT_LANES}
         else:
-            present = set()
-            for lane in (*DEFAULT_LANES, *lanes):
-                rc, _, _ = nft.run(f"get element {T} lanes {{ {lane.id} }}")
-                if rc == 0:
-                    present.add(lane.id)
+            present = {lane.id for lane in (*DEFAULT_LANES, *lanes) if nft.has_lane(lane)}
             if not {lane.id for lane in DEFAULT_LANES} <= present:
                 raise CniError(
                     KERNEL_FAILURE,
@@ -613,20 +496,16 @@ class NftBackend:
 
     # -- DEL ---------------------------------------------------------------------------
 
-    def delete(self, att: Attachment, plan: Plan | None) -> list[tuple[int, str | None, int]]:
+    def delete(self, att: Attachment, plan: Plan | None) -> UdpTargets:
         with self.sd.lock(LOCK):
             recorded = self.sd.load(att)
             candidates = _state_elements(recorded)
             nft = Nft()
             committed = candidates if recorded and recorded.committed else None
-            if committed:
-                # Fast path (no read, see add): the state says exactly what we own.
-                last = self._last_owner(nft, att)
-                lines = [f"delete table {T}"] if last else delete_text(committed)
-                rc, _, _ = nft.run("\n".join(lines))
-                if rc == 0:
-                    self.sd.forget(att)
-                    return udp_targets(committed)
+            # Fast path (no read, see add): the state says exactly what we own.
+            if committed and self._delete_owned(nft, att, committed)[0] == 0:
+                self.sd.forget(att)
+                return udp_targets(committed)
             if candidates is None and plan is not None and not plan.empty:
                 candidates = plan_elements(plan)
             if candidates is None:
@@ -665,9 +544,7 @@ class NftBackend:
             return False
         for family in (4, 6):
             rc, out, _ = nft.run(f"list set {T} claims{family}")
-            if rc != 0:
-                return False
-            if any(tag_of(c) != att.tag for c, _ in parse_get_output(out).values()):
+            if rc != 0 or any(tag_of(c) != att.tag for _, c in parse_elements(out)):
                 return False
         return True
 
@@ -677,11 +554,11 @@ class NftBackend:
         att = plan.attachment
         wanted = plan_elements(plan)
         nft = Nft()
-        problems = []
-        for lane in plan_lanes(plan):
-            rc, _, _ = nft.run(f"get element {T} lanes {{ {lane.id} }}")
-            if rc != 0:
-                problems.append(f"the IPv{lane.family} lookup rules of {T} are missing")
+        problems = [
+            f"the IPv{lane.family} lookup rules of {T} are missing"
+            for lane in plan_lanes(plan)
+            if not nft.has_lane(lane)
+        ]
         live = nft.get(wanted)
         for e in wanted:
             if e not in live:
@@ -704,9 +581,7 @@ class NftBackend:
 
     # -- GC / STATUS ---------------------------------------------------------------------
 
-    def gc(
-        self, network: str, valid: set[AttachmentId], before: Stamps
-    ) -> list[tuple[int, str | None, int]]:
+    def gc(self, network: str, valid: set[AttachmentId], before: Stamps) -> UdpTargets:
         network_tag = Attachment(network, "", "").network_tag
         with self.sd.lock(LOCK):
             valid_tags, stale = state.sweep(self.sd, network, valid, before)
@@ -728,7 +603,6 @@ class NftBackend:
             return udp_targets(doomed)
 
     def status(self) -> None:
-        nft = Nft()
-        rc, _, err = nft.run("list tables")
+        rc, _, err = Nft().run("list tables")
         if rc != 0:
             raise CniError(STATUS_UNAVAILABLE, "nftables is not usable here", _first_error(err))

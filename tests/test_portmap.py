@@ -319,8 +319,8 @@ def test_check_verifies_content_and_names_what_differs(lab: Lab, backend: str) -
 
 
 def test_gc_removes_every_mapping_of_attachments_no_longer_valid(lab: Lab, backend: str) -> None:
-    """GC reads the whole table back (JSON listing of maps whose data is a concatenation:
-    the libnftables 1.0.6 crash path for JSON *input*; we only ever read JSON)."""
+    """GC reads the whole table back (the text listing of every set and map, maps whose
+    data is a concatenation among them)."""
     base = _direct_conf(lab, backend)
     for i, cid in enumerate(["keep", "gone1", "gone2"]):
         rc = {"portMappings": [{"hostPort": 8080 + i, "containerPort": 80, "protocol": "udp"}]}

@@ -217,17 +217,23 @@ def test_nft_get_output_and_listing_are_parsed() -> None:
         'ipv4_addr . inet_service\n\t\telements = { 6 . 8080 comment "t1 n/c/eth0" : '
         '10.88.0.5 . 80,\n\t\t\t     udp . 53 comment "t2 x" : 10.88.0.6 . 53 }\n\t}\n}\n'
     )
-    assert nft.parse_get_output(out) == {
-        "tcp . 8080": ("t1 n/c/eth0", "10.88.0.5 . 80"),
-        "udp . 53": ("t2 x", "10.88.0.6 . 53"),
-    }
+    assert [(e.set, e.key, e.data, c) for e, c in nft.parse_elements(out)] == [
+        ("any4", "tcp . 8080", "10.88.0.5 . 80", "t1 n/c/eth0"),
+        ("any4", "udp . 53", "10.88.0.6 . 53", "t2 x"),
+    ]
     listing = (
-        '{"nftables": [{"metainfo": {}}, {"map": {"name": "hostip4", "elem": [[{"elem": '
-        '{"val": {"concat": ["10.0.0.1", "tcp", 80]}, "comment": "t1 a"}}, {"concat": '
-        '["10.1.1.1", 8080]}]]}}, {"map": {"name": "masq4", "elem": [[{"elem": {"val": '
-        '"10.1.1.1", "comment": "t1 a"}}, {"goto": {"target": "masq-all"}}]]}}]}'
+        'table inet cni_meta_portmap {\n\tcomment "CNI portmap; managed"\n\tset lanes {\n'
+        "\t\ttype mark\n\t\telements = { 0x4b227777, 0xe7f6c011 }\n\t}\n\n\tset claims6 {\n"
+        "\t\ttype ipv6_addr . inet_proto . inet_service\n\t}\n\n\tmap hostip4 {\n\t\ttype "
+        "ipv4_addr . inet_proto . inet_service : ipv4_addr . inet_service\n\t\telements = { "
+        '10.0.0.1 . tcp . 80 comment "t1 a" : 10.1.1.1 . 8080 }\n\t}\n\n\tmap masq4 {\n\t\t'
+        'type ipv4_addr : verdict\n\t\telements = { 10.1.1.1 comment "t1 a" : goto masq-all }'
+        "\n\t}\n\n\tchain hostports {\n\t\tip saddr { 10.0.0.0/8, 10.1.0.0/16 } dnat ip to "
+        "ip daddr . meta l4proto . th dport map @hostip4\n\t}\n}\n"
     )
-    assert [(e.set, e.key, e.data, c) for e, c in nft.parse_listing(listing)] == [
+    assert [(e.set, e.key, e.data, c) for e, c in nft.parse_elements(listing)] == [
+        ("lanes", "0x4b227777", "", ""),
+        ("lanes", "0xe7f6c011", "", ""),
         ("hostip4", "10.0.0.1 . tcp . 80", "10.1.1.1 . 8080", "t1 a"),
         ("masq4", "10.1.1.1", "goto masq-all", "t1 a"),
     ]

@@ -8,7 +8,7 @@ module's versions there:
   portmap makes: its sets and maps with their elements (key, comment, data) and its
   chains with their rules as text. A buffer of several commands is one transaction
   (all or nothing, as libnftables does); `get element`, `list tables`, `list set` and
-  `list table` (JSON) answer in libnftables' format for what portmap asks.
+  `list table` answer in libnftables' text format for what portmap asks.
 * iptables backend: `portmap.xtables.run` (every iptables-save, iptables -S and
   iptables-restore call) plus `xtables.tool`/`xtables.legacy_nat_exists` (which only
   probe the host's files). `FakeXtables` keeps each (variant, family)'s nat table:
@@ -27,10 +27,10 @@ in tests/test_portmap.py prove that the real kernel agrees.
 from __future__ import annotations
 
 import copy
-import json
 import os
 import re
 import shlex
+from collections.abc import Iterable
 from typing import Any
 
 import pytest
@@ -64,11 +64,11 @@ class FakeNft:
     def context(self) -> FakeNftContext:
         return FakeNftContext(self)
 
-    def run(self, text: str, json_output: bool) -> tuple[int, str, str]:
+    def run(self, text: str) -> tuple[int, str, str]:
         lines = [line.strip() for line in text.splitlines() if line.strip()]
         if len(lines) == 1 and lines[0].split()[0] in ("get", "list"):
             try:
-                out = self._read(lines[0], json_output)
+                out = self._read(lines[0])
                 self.record.append(f"nft read: {lines[0]}")
                 return 0, out, ""
             except NftError as e:
@@ -147,47 +147,30 @@ class FakeNft:
 
     # -- reads
 
-    def _read(self, line: str, json_output: bool) -> str:
+    def _read(self, line: str) -> str:
         words = line.split(None, 5)
         if words[:2] == ["list", "tables"]:
             return f"table inet {TABLE}\n" if self.table is not None else ""
         assert words[2:4] == ["inet", TABLE], line
         if words[:2] == ["list", "table"]:
-            assert json_output, "portmap reads the table as JSON"
-            return self._json()
+            sets = self._table()["sets"]
+            return _table_text(self._set_text(name, s["elems"].items()) for name, s in sets.items())
         s = self._set(words[4])
         if words[:2] == ["list", "set"]:
-            return self._set_text(words[4], s["elems"].items())
+            return _table_text([self._set_text(words[4], s["elems"].items())])
         assert words[:2] == ["get", "element"], line
         found = []
         for key, _, _ in _items(line):
             if key not in s["elems"]:
                 raise NftError(ENOENT)
             found.append((key, s["elems"][key]))
-        return self._set_text(words[4], found)
+        return _table_text([self._set_text(words[4], found)])
 
     def _set_text(self, name: str, elems: Any) -> str:
         s = self._set(name)
         items = [_item_text(key, comment, data) for key, (comment, data) in elems]
         body = f"\t\telements = {{ {', '.join(items)} }}\n" if items else ""
-        return (f"table inet {TABLE} {{\n\t{s['kind']} {name} {{\n\t\ttype {s['type']}\n"
-                f"{body}\t}}\n}}\n")  # fmt: skip
-
-    def _json(self) -> str:
-        objects: list[dict[str, Any]] = [{"metainfo": {"json_schema_version": 1}}]
-        objects.append({"table": {"family": "inet", "name": TABLE}})
-        for name, s in self._table()["sets"].items():
-            body: dict[str, Any] = {"family": "inet", "name": name, "table": TABLE}
-            elem = []
-            for key, (comment, data) in s["elems"].items():
-                value = _json_value(key)
-                if comment:
-                    value = {"elem": {"val": value, "comment": comment}}
-                elem.append([value, _json_value(data)] if data else value)
-            if elem:
-                body["elem"] = elem
-            objects.append({s["kind"]: body})
-        return json.dumps({"nftables": objects})
+        return f"\t{s['kind']} {name} {{\n\t\ttype {s['type']}\n{body}\t}}\n"
 
     def dump(self) -> str:
         if self.table is None:
@@ -206,13 +189,13 @@ class FakeNftContext:
     """portmap.libnftables.Context's interface."""
 
     def __init__(self, fake: FakeNft) -> None:
-        self.fake, self.json_output = fake, False
+        self.fake = fake
 
     def set_json_output(self, on: bool) -> None:
-        self.json_output = on
+        pass  # only go_takeover reads JSON, from tables this fake does not hold
 
     def run(self, text: str) -> tuple[int, str, str]:
-        return self.fake.run(text, self.json_output)
+        return self.fake.run(text)
 
 
 _ITEM = re.compile(r'^(?P<key>.*?)(?: comment "(?P<comment>[^"]*)")?(?: : (?P<data>.*))?$')
@@ -239,12 +222,8 @@ def _item_text(key: str, comment: str, data: str) -> str:
     return key + (f' comment "{comment}"' if comment else "") + (f" : {data}" if data else "")
 
 
-def _json_value(text: str) -> Any:
-    if text.startswith(("goto ", "jump ")):
-        verdict, target = text.split()
-        return {verdict: {"target": target}}
-    parts: list[Any] = [int(p) if p.isdigit() else p for p in text.split(" . ")]
-    return parts[0] if len(parts) == 1 else {"concat": parts}
+def _table_text(sets: Iterable[str]) -> str:
+    return f"table inet {TABLE} {{\n{''.join(sets)}}}\n"
 
 
 # ---------------------------------------------------------------------------- iptables
