@@ -160,15 +160,13 @@ class StateDir:
         that exists is replaced by rename from `<name>.tmp`: a name fixed per file, which
         `remove` deletes too, so a plugin killed mid-write leaves nothing that DEL or GC
         of that attachment misses. Callers hold the dir's lock while writing (every plugin
-        does), so no two writers share that name.
+        does), so no two writers share that name. No fsync (~5-15 ms per container start):
+        the files live in tmpfs, as the kernel state they describe does not survive a
+        reboot either.
         """
         self.ensure()
         final = self.path(name)
         payload = json.dumps(data, sort_keys=True).encode()
-        # No fsync: rename is what makes a killed plugin leave the old file or the new
-        # one. Power loss is not worth ~5-15 ms per container start: the files live in
-        # /run (tmpfs) by default, and the kernel state they describe (rules, qdiscs,
-        # namespaces) does not survive a reboot either.
         if not os.path.exists(final) and self._create_whole(final, payload):
             return
         tmp = final + TMP_SUFFIX
