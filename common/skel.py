@@ -1,10 +1,10 @@
 """Dispatch of a CNI invocation to a plugin's verbs: the part every plugin shares.
 
-A plugin hands `run` a `Plugin` (its name, the module of its verbs). `run` reads the environment
-and stdin, answers VERSION and the banner itself, validates everything generic (env,
-cniVersion, verb/version combinations, the shared config keys), calls the verb, prints the
-result in the config's cniVersion, and turns any failure into exactly one CNI error JSON
-on stdout (a human line on stderr, the traceback, if any, in the log).
+A plugin hands `run` its `Plugin`, whose verbs are in `<name>.verbs`. `run` reads the
+environment and stdin, answers VERSION and the banner itself, validates everything generic
+(env, cniVersion, verb/version combinations, the shared config keys), calls the verb,
+prints the result in the config's cniVersion, and turns any failure into exactly one CNI
+error JSON on stdout (a human line on stderr, the traceback, if any, in the log).
 """
 
 from __future__ import annotations
@@ -69,19 +69,18 @@ class Request:
 
 
 class Plugin:
-    """A plugin's table of contents: its name, and the module whose functions `add`,
-    `delete`, `check`, `gc` and `status` handle the verbs (`add` returns the result to
-    print, or None to pass prevResult through unchanged).
+    """A plugin's table of contents: its name; the functions `add`, `delete`, `check`, `gc`
+    and `status` of `<name>.verbs` handle the verbs (`add` returns the result to print, or
+    None to pass prevResult through unchanged).
 
-    The module is imported on the first verb call, so that VERSION and the banner - podman
+    That module is imported on the first verb call, so that VERSION and the banner - podman
     calls VERSION for every plugin of every list on every command - never pay for it.
     """
 
-    __slots__ = ("module", "name")
+    __slots__ = ("name",)
 
-    def __init__(self, name: str, module: str) -> None:
+    def __init__(self, name: str) -> None:
         self.name = name
-        self.module = module
 
     def banner(self) -> str:
         return (
@@ -91,8 +90,8 @@ class Plugin:
 
 
 def verbs_module_plugin(name: str) -> Plugin:
-    """The table of the plugin `name`, whose verbs are in `<name>.verbs`."""
-    return Plugin(name, f"{name}.verbs")
+    """The table of the plugin `name` (kept as the plugins' one way to make it)."""
+    return Plugin(name)
 
 
 def _asked_version(data: bytes) -> object:
@@ -194,7 +193,7 @@ def run(
         error_version = conf.cni_version
         versions.require_verb(command, conf.cni_version)
         request = Request(invocation, conf, log, environ, data)
-        verbs = __import__(plugin.module, fromlist=["add"])  # the submodule itself
+        verbs = __import__(f"{plugin.name}.verbs", fromlist=["add"])  # the submodule
         result = getattr(verbs, VERB_FUNCTIONS[invocation.command])(request)
         if invocation.command == "ADD":
             if result is None:
