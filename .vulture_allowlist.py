@@ -25,6 +25,17 @@ _.parse_float
 _.parse_int
 _.parse_constant
 
+# common/result.py reads and writes the fields of its result classes through one table per
+# class (getattr and keyword arguments by name).
+_.socket_path
+_.pci_id
+_.gw
+_.advmss
+_.priority
+_.scope
+_.nameservers
+_.domain
+
 # pyroute2 reads a message class's `nla_map` when it compiles the class (bandwidth/tc.py's
 # tbf options with the 64-bit rate attributes).
 _.nla_map

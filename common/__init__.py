@@ -1,8 +1,6 @@
-"""CNI plumbing shared by the meta-plugins: env and stdin parsing, verb dispatch, errors,
-versions and result conversion, netns entry, state files and logging.
-
-Nothing here knows about ports, rates or sysctls, and nothing here imports a heavy library
-at import time: every container start pays for what this package imports.
+"""CNI plumbing shared by the meta-plugins (docs/architecture.md). Nothing here knows about
+ports, rates or sysctls, and nothing here imports a heavy library at import time: every
+container start pays for what this package imports.
 """
 
 from __future__ import annotations
@@ -15,14 +13,13 @@ if TYPE_CHECKING:
 
 
 def entry(name: str, plugin: Callable[[], Plugin]) -> None:
-    """What every plugin executable runs (its __main__.main): the plugin `name`, whose
-    table of contents `plugin()` returns; exits.
+    """What every plugin executable runs (its __main__.main): a resident helper, when one
+    takes the call, runs it with everything preloaded (and this process exits with its
+    status); otherwise this process runs the plugin `name`, whose table `plugin()` gives.
 
     Here rather than in a module of its own: this package is imported on every call anyway,
     and a module more would cost VERSION (podman's most frequent call) another file lookup.
     """
-    # A resident helper, when there is one, runs this call with everything preloaded
-    # (and exits); otherwise this process does the work itself.
     from common.fastpath import delegate
 
     delegate(name)

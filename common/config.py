@@ -33,26 +33,8 @@ def decode(data: bytes) -> dict[str, Any]:
     return raw
 
 
-def config_version(raw: dict[str, Any]) -> str:
-    """The cniVersion a config asks for; missing means 0.1.0. Unsupported: error 1."""
-    value = JsonObject(raw).string("cniVersion", "") or versions.DEFAULT_VERSION
-    versions.require_supported(value)
-    return str(value)
-
-
 class NetConf(Value):
     """The fields of a network configuration that every plugin shares."""
-
-    __slots__ = (
-        "args",
-        "body",
-        "capabilities",
-        "cni_version",
-        "name",
-        "prev_result",
-        "runtime_config",
-        "type",
-    )
 
     cni_version: str
     name: str
@@ -63,39 +45,21 @@ class NetConf(Value):
     prev_result: Result | None
     body: JsonObject  # the whole config, for the plugin's own keys
 
-    def __init__(
-        self,
-        cni_version: str,
-        name: str,
-        type: str,
-        capabilities: dict[str, Any],
-        runtime_config: JsonObject,
-        args: JsonObject,
-        prev_result: Result | None,
-        body: JsonObject,
-    ) -> None:
-        self.cni_version = cni_version
-        self.name = name
-        self.type = type
-        self.capabilities = capabilities
-        self.runtime_config = runtime_config
-        self.args = args
-        self.prev_result = prev_result
-        self.body = body
-
     @property
     def cni_args_object(self) -> JsonObject:
         """`args.cni`, the structured per-attachment arguments (empty when absent)."""
         return self.args.child("cni") or JsonObject({}, "args.cni")
 
 
-def parse_netconf(raw: dict[str, Any], *, need_name: bool = True) -> NetConf:
+def parse_netconf(raw: dict[str, Any]) -> NetConf:
     body = JsonObject(raw, "")
-    version = config_version(raw)
+    # Missing means 0.1.0, as libcni reads it; unsupported is error 1.
+    version = JsonObject(raw).string("cniVersion", "") or versions.DEFAULT_VERSION
+    versions.require_supported(version)
     name = body.string("name", "")
-    if need_name and not name:
+    if not name:
         raise invalid_config("the network configuration has no 'name'")
-    if name and (not is_plain_name(name) or len(name) > 1024):
+    if not is_plain_name(name) or len(name) > 1024:
         raise invalid_config(
             f"invalid network name {name[:80]!r}",
             "a name starts with a letter or digit and contains only letters, digits, '_', '.', '-'",

@@ -11,18 +11,17 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-VERBS = ("ADD", "DEL", "CHECK", "VERSION", "GC", "STATUS")
-
 # Which variables a verb cannot do without (the table in the CNI spec). CNI_NETNS is
 # optional for DEL: the namespace may already be gone.
 REQUIRED: dict[str, tuple[str, ...]] = {
     "ADD": ("CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME", "CNI_PATH"),
-    "CHECK": ("CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME", "CNI_PATH"),
     "DEL": ("CNI_CONTAINERID", "CNI_IFNAME", "CNI_PATH"),
+    "CHECK": ("CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME", "CNI_PATH"),
     "VERSION": (),
     "GC": ("CNI_PATH",),
     "STATUS": ("CNI_PATH",),
 }
+VERBS = tuple(REQUIRED)
 
 # The rules libcni applies (pkg/utils): what a runtime may send us.
 _NAME_START = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
@@ -87,8 +86,6 @@ def parse_cni_args(text: str) -> dict[str, str]:
 class Invocation(Value):
     """What the runtime told us through the environment."""
 
-    __slots__ = ("cni_args", "command", "container_id", "ifname", "netns", "path")
-
     command: str
     container_id: str
     netns: str
@@ -105,12 +102,8 @@ class Invocation(Value):
         path: tuple[str, ...] = (),
         cni_args: dict[str, str] | None = None,
     ) -> None:
-        self.command = command
-        self.container_id = container_id
-        self.netns = netns
-        self.ifname = ifname
-        self.path = path
-        self.cni_args = {} if cni_args is None else cni_args
+        # A dict of its own for each (a shared default one is a trap).
+        super().__init__(command, container_id, netns, ifname, path, cni_args or {})
 
 
 def read_invocation(environ: Mapping[str, str]) -> Invocation:
@@ -126,23 +119,22 @@ def read_invocation(environ: Mapping[str, str]) -> Invocation:
             raise CniError(
                 INVALID_ENVIRONMENT, f"required environment variable {var} is missing for {command}"
             )
-    if command in ("VERSION",):
+    if command == "VERSION":
         return Invocation(command)
     cid = environ.get("CNI_CONTAINERID", "")
     ifname = environ.get("CNI_IFNAME", "")
+    netns = environ.get("CNI_NETNS", "")
     if command in ("ADD", "DEL", "CHECK"):
         validate_container_id(cid)
         validate_ifname(ifname)
-    netns = environ.get("CNI_NETNS", "")
-    if command in ("ADD", "CHECK", "DEL") and netns:
-        check_netns_path(netns, must_exist=command != "DEL")
-    path = tuple(p for p in environ.get("CNI_PATH", "").split(os.pathsep) if p)
+        if netns:
+            check_netns_path(netns, must_exist=command != "DEL")
     return Invocation(
         command=command,
         container_id=cid,
         netns=netns,
         ifname=ifname,
-        path=path,
+        path=tuple(p for p in environ.get("CNI_PATH", "").split(os.pathsep) if p),
         cni_args=parse_cni_args(environ.get("CNI_ARGS", "")),
     )
 

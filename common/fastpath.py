@@ -1,32 +1,16 @@
 """The plugin side of the resident helper: hand this invocation to it, or return.
 
 A plugin executable calls `delegate(name)` before importing anything else. When a helper
-(cnihelper.server) answers on its socket, the helper forks a worker that already has every
-library loaded; the worker takes over this process's stdin, stdout, stderr, environment,
-namespaces, root, working directory and umask, runs the very same plugin code, and
-reports the exit status, which this process then exits with. When there is no helper, it
-is not root, it declines, or anything at all goes wrong before the worker starts,
-`delegate` returns and the plugin does the work itself: correctness never depends on
-the helper, only start-up time does. A helper that is gone costs nothing (the connection
-is refused); one that is there but does not answer costs one short wait, after which the
-plugin leaves a marker next to the socket (STALLED) and later calls skip the helper until
-the helper, alive again, removes it.
+(cnihelper.server) takes the call, a worker that has every library loaded runs the very
+same plugin code with this process's stdio, environment, namespaces, root, working
+directory and umask, and this process exits with its status. When there is no helper, it
+is not root, it declines, or anything goes wrong before the worker starts, `delegate`
+returns and the plugin does the work itself: correctness never depends on the helper,
+only start-up time does. The handshake, and why it never runs a call twice nor holds the
+runtime's stdout: docs/helper.md ("Wire protocol").
 
 This module runs on every container start, so it imports only builtin modules (`posix`,
 `_socket`; not even `os`) and costs well under a millisecond when no helper is there.
-
-Wire protocol (SOCK_SEQPACKET, so each send is one message):
-  plugin -> helper   b"CNIMETA1\0" name \0 code-id \0 umask \0 env... (NUL-separated)
-  helper -> plugin   b"R" (a worker took the call) or b"F" (declined: do it yourself)
-  plugin -> helper   b"G" with SCM_RIGHTS: stdin, stdout, stderr, the plugin's net, mnt,
-                     user and pid namespaces, its root and its working directory
-  helper -> plugin   b"V" + the request's cniVersion, once the worker has read stdin
-  helper -> plugin   b"X" + exit status byte, or b"F" (could not become the plugin: nothing
-                     was run, do it yourself)
-Descriptors travel only once a live worker has answered: a stopped or wedged helper never
-holds the runtime's stdout pipe (which would make the runtime wait on it). And a worker
-runs nothing unless the plugin said "G", so a plugin that gave up waiting and does the
-work itself is never doubled by a late worker. If the plugin dies, the worker is killed.
 """
 
 from __future__ import annotations
@@ -62,13 +46,6 @@ def code_id() -> bytes:
     return b"%d:%d" % (st.st_dev, st.st_ino)
 
 
-def socket_path() -> bytes | None:
-    path = posix.environ.get(ENV_VAR, DEFAULT_SOCKET.encode())
-    if path in (b"", b"off", b"0", b"no"):
-        return None
-    return path
-
-
 def request_message(name: str, umask: int) -> bytes:
     # An entry "=x=y" (legal for execve) arrives here with the name "": it cannot be
     # recreated with putenv, so such a call is not handed over (see delegate).
@@ -90,17 +67,15 @@ def _open_passed() -> list[int]:
     return [0, 1, 2, *fds]
 
 
-def _peer_is_root(sock: _socket.socket) -> bool:
-    creds = sock.getsockopt(_socket.SOL_SOCKET, _SO_PEERCRED, 12)
-    return int.from_bytes(creds[4:8], sys.byteorder) == 0
-
-
 def delegate(name: str) -> None:
     """Let the helper run this invocation and exit with its status, or return."""
-    if not posix.environ.get(b"CNI_COMMAND"):
-        return  # the banner: nothing to gain
-    path = socket_path()
-    if path is None or posix.geteuid() != 0 or b"" in posix.environ:
+    path = posix.environ.get(ENV_VAR, DEFAULT_SOCKET.encode())
+    if (
+        not posix.environ.get(b"CNI_COMMAND")  # the banner: nothing to gain
+        or path in (b"", b"off", b"0", b"no")
+        or posix.geteuid() != 0
+        or b"" in posix.environ  # see request_message
+    ):
         return
     try:
         posix.stat(path + STALLED.encode())
@@ -139,8 +114,9 @@ def _mark_stalled(path: bytes) -> None:
 def _handoff(sock: _socket.socket, path: bytes, name: str) -> int | None:
     sock.settimeout(HANDSHAKE_SECONDS)
     sock.connect(path)
-    if not _peer_is_root(sock):
-        return None
+    creds = sock.getsockopt(_socket.SOL_SOCKET, _SO_PEERCRED, 12)  # pid, uid, gid
+    if int.from_bytes(creds[4:8], sys.byteorder) != 0:
+        return None  # the helper must be root
     umask = posix.umask(0o077)
     posix.umask(umask)
     sock.send(request_message(name, umask))

@@ -17,14 +17,8 @@ LEGACY_ATTACHMENTS = "cni.dev/attachments"
 class AttachmentId(OrderedValue):
     """Container id and ifname; the network is the config's name."""
 
-    __slots__ = ("container_id", "ifname")
-
     container_id: str
     ifname: str
-
-    def __init__(self, container_id: str, ifname: str) -> None:
-        self.container_id = container_id
-        self.ifname = ifname
 
 
 def valid_attachments(body: JsonObject) -> set[AttachmentId]:

@@ -12,47 +12,40 @@ from common.errors import invalid_config
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Iterable, Mapping
     from typing import Any
 
 _MISSING: Any = object()
+_TYPE_NAMES = (
+    (type(None), "null"),
+    (bool, "a boolean"),  # before int: bool is an int subclass in Python
+    (int, "an integer"),
+    (float, "a number"),
+    (str, "a string"),
+    (list, "an array"),
+    (dict, "an object"),
+)
 
 
 def _type_name(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int):
-        return "an integer"
-    if isinstance(value, float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, dict):
-        return "an object"
-    return type(value).__name__
-
-
-def ci_key(obj: Mapping[str, Any], key: str) -> str | None:
-    """The key of obj whose value Go would bind to `key`, or None.
-
-    Go assigns every incoming key that matches the field ignoring case, in document order,
-    so when a config carries both "hostPort" and "HostPort" the last one wins.
-    """
-    folded = key.casefold()
-    found = None
-    for k in obj:
-        if k == key or k.casefold() == folded:
-            found = k
-    return found
+    return next((name for t, name in _TYPE_NAMES if isinstance(value, t)), type(value).__name__)
 
 
 def ci_get(obj: Mapping[str, Any], key: str, default: Any = None) -> Any:
-    k = ci_key(obj, key)
-    return default if k is None else obj[k]
+    """The value Go would bind to `key`: every key matching it ignoring case is assigned in
+    document order, so with both "hostPort" and "HostPort" the last one wins."""
+    folded = key.casefold()
+    value = default
+    for k, v in obj.items():
+        if k.casefold() == folded:
+            value = v
+    return value
+
+
+def split_known(raw: Mapping[str, Any], known: Iterable[str]) -> dict[str, Any]:
+    """The entries of raw whose key is not one of `known` (compared ignoring case)."""
+    folded = {k.casefold() for k in known}
+    return {k: v for k, v in raw.items() if k.casefold() not in folded}
 
 
 class JsonObject:
@@ -81,17 +74,14 @@ class JsonObject:
         return self.get(key) is not None
 
     def get(self, key: str, default: Any = None) -> Any:
-        value = ci_get(self.raw, key, None)
+        value = ci_get(self.raw, key)
         return default if value is None else value
 
     def _typed(self, key: str, types: tuple[type, ...], want: str, default: Any) -> Any:
         value = self.get(key, _MISSING)
         if value is _MISSING:
             return default
-        # bool is an int subclass in Python; JSON keeps them apart and so do we.
-        if isinstance(value, bool) and bool not in types:
-            raise invalid_config(f"{self.path(key)} must be {want}, got a boolean")
-        if not isinstance(value, types):
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
             raise invalid_config(f"{self.path(key)} must be {want}, got {_type_name(value)}")
         return value
 

@@ -23,29 +23,21 @@ if TYPE_CHECKING:
 _WHITESPACE = " \t\n\r"
 
 
-def _constant(name: str) -> float:
-    return {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}[name]
-
-
 class _ScannerSettings:
     """The attributes `_json.make_scanner` reads from a json.JSONDecoder."""
 
-    __slots__ = (
-        "object_hook",
-        "object_pairs_hook",
-        "parse_constant",
-        "parse_float",
-        "parse_int",
-        "strict",
-    )
+    strict = True
+    object_hook = None
+    parse_float = float
+    parse_int = int
+    parse_constant = {
+        "NaN": float("nan"),
+        "Infinity": float("inf"),
+        "-Infinity": float("-inf"),
+    }.__getitem__
 
     def __init__(self, object_pairs_hook: PairsHook | None) -> None:
-        self.strict = True
-        self.object_hook = None
         self.object_pairs_hook = object_pairs_hook
-        self.parse_float = float
-        self.parse_int = int
-        self.parse_constant = _constant
 
 
 _scanners: dict[object, Any] = {}
@@ -80,16 +72,12 @@ def _encoding_of(data: bytes) -> str:
 
 def loads(data: str | bytes, object_pairs_hook: PairsHook | None = None) -> Any:
     """json.loads(data, object_pairs_hook=...)."""
-    if isinstance(data, (bytes, bytearray)):
-        text = bytes(data).decode(_encoding_of(bytes(data)), "surrogatepass")
-    elif isinstance(data, str):
+    if isinstance(data, bytes):
+        text = data.decode(_encoding_of(data), "surrogatepass")
+    else:
         text = data
         if text.startswith("\ufeff"):
             raise _error("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
-    else:
-        raise TypeError(
-            f"the JSON object must be str, bytes or bytearray, not {type(data).__name__}"
-        )
     scanner = _scanners.get(object_pairs_hook)
     if scanner is None:
         scanner = _json.make_scanner(_ScannerSettings(object_pairs_hook))  # type: ignore[arg-type]

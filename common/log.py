@@ -16,17 +16,12 @@ LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}
 
 def escape_field(value: str) -> str:
     """`value` as one token of a log line: control characters, other non-printables and
-    whitespace written the way repr() writes them (a newline as \\n), so a hostile
-    CNI_IFNAME or container id can neither start a forged line nor shift the fields."""
+    whitespace written the way repr() writes them (a newline as \\n; a space, which repr()
+    leaves as it is, as \\x20), so a hostile CNI_IFNAME or container id can neither start a
+    forged line nor shift the fields."""
     if value.isprintable() and " " not in value:
         return value
-    return "".join(_escaped(c) for c in value)
-
-
-def _escaped(c: str) -> str:
-    if c == " ":
-        return "\\x20"  # repr() leaves a space as it is
-    return c if c.isprintable() else repr(c)[1:-1]
+    return "".join("\\x20" if c == " " else c if c.isprintable() else repr(c)[1:-1] for c in value)
 
 
 class Log:

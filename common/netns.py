@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from contextlib import contextmanager
+from functools import cache
 
 from common.errors import INVALID_NETNS, CniError
 
@@ -19,35 +20,23 @@ if TYPE_CHECKING:
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWNET = 0x40000000
-_libc: Any = None
 
 
+@cache
 def libc() -> Any:
     """The C library through ctypes (loaded on first use), keeping errno for get_errno."""
-    global _libc
-    if _libc is None:
-        import ctypes
+    import ctypes
 
-        _libc = ctypes.CDLL(None, use_errno=True)
-    return _libc
-
-
-def _check(rc: int) -> None:
-    if rc != 0:
-        import ctypes
-
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err))
+    return ctypes.CDLL(None, use_errno=True)
 
 
 def setns(fd: int, nstype: int = CLONE_NEWNET) -> None:
     """setns(2) on the calling thread; OSError when the kernel refuses."""
-    _check(libc().setns(fd, nstype))
+    if libc().setns(fd, nstype) != 0:
+        import ctypes
 
-
-def unshare(flags: int) -> None:
-    """unshare(2) for the calling thread (CLONE_NEWNET: a new, empty network namespace)."""
-    _check(libc().unshare(flags))
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
 
 
 @contextmanager

@@ -1,22 +1,14 @@
 """The netlink transport (`NetlinkSocket`, any protocol, builtin modules only), and
-rtnetlink without pyroute2's IPRoute: its message classes on that socket (`RtnlSocket`).
+pyroute2's rtnetlink message classes on it (`RtnlSocket`), without pyroute2's IPRoute.
 
-Why not `pyroute2.IPRoute`: every plugin call is a fresh process per container, and
-importing IPRoute costs ~70 ms (asyncio, unittest.mock, multiprocessing, an in-memory
-netlink mock, every request filter), `import pyroute2` ~105 ms, against 3-4 ms for a
-whole Go plugin; its asyncio round trips cost another ~0.7 ms per request. What the
-plugins need from pyroute2 is the protocol: the message classes `ifinfmsg` (links: tuning,
-bandwidth's ifb) and `tcmsg` (qdiscs and filters: bandwidth only), and the tc modules that
-turn (rate, burst, limit) into tbf parameters and rate tables, and a u32 match plus mirred
-action into attributes. Those load in ~28 ms. This module loads exactly those and sends them on a
-plain blocking NETLINK_ROUTE socket: one request, its replies, its ACK (see
-bench/results/bandwidth_latency.md for the measurements). portmap sends its conntrack
-and nftables messages, bandwidth's STATUS its probe, as plain bytes on the same socket.
-
-Loading a submodule of a package runs the package's __init__ first, and pyroute2's
-imports everything. `pyroute2()` registers the package without running it; its
-__init__ still runs, lazily, the moment anyone asks the `pyroute2` module for a
-top-level name (e.g. `from pyroute2 import IPRoute`), so other code is unaffected.
+Every plugin call is a fresh process: importing IPRoute costs ~70 ms (asyncio,
+multiprocessing, an in-memory netlink mock, ...), `import pyroute2` ~105 ms, and its
+asyncio round trips ~0.7 ms per request. What the plugins need is the protocol: the
+message classes `ifinfmsg` (links: tuning, bandwidth's ifb) and `tcmsg` with the tc
+modules for tbf and u32 + mirred (bandwidth only), ~28 ms, sent here on a plain blocking
+socket: one request, its replies, its ACK (bench/results/bandwidth_latency.md). portmap's
+conntrack and nftables messages and bandwidth's STATUS probe go on the same socket as
+plain bytes.
 """
 
 from __future__ import annotations
@@ -65,6 +57,10 @@ _modules: SimpleNamespace | None = None
 
 
 def _register_package_without_init(name: str) -> None:
+    """Put package `name` in sys.modules without running its __init__ (pyroute2's imports
+    everything, and loading a submodule runs the package's __init__ first). The __init__
+    still runs, lazily, the moment anyone asks the package for a top-level name (e.g.
+    `from pyroute2 import IPRoute`), so other code is unaffected."""
     import importlib.util
 
     spec = importlib.util.find_spec(name)
@@ -140,7 +136,6 @@ class NetlinkSocket:
     enum and selectors (~3 ms)."""
 
     def __init__(self, protocol: int) -> None:
-        self.protocol = protocol
         self.sock = _socket.socket(
             _socket.AF_NETLINK, _socket.SOCK_RAW | _socket.SOCK_CLOEXEC, protocol
         )
@@ -189,26 +184,24 @@ class NetlinkSocket:
 
 
 def _raise_for(chunk: bytes) -> None:
+    """Raise the error of an NLMSG_ERROR reply (error 0 is the ACK), with the kernel's
+    explanation (NLMSGERR_ATTR_MSG) when it gave one: its attributes follow the error code
+    and the request's header (and body, unless capped)."""
     (code,) = struct.unpack_from("=i", chunk, NLMSG_HDRLEN)
     if code == 0:
         return
     detail = os.strerror(-code)
-    text = _ext_ack_message(chunk)
-    raise NetlinkError(-code, f"{detail}: {text}" if text else detail)
-
-
-def _ext_ack_message(chunk: bytes) -> str:
-    """NLMSGERR_ATTR_MSG of an error: the kernel's explanation, when it gave one. The
-    attributes follow the error code and the request's header (and body, unless capped)."""
-    _, _, flags, _, _ = _HEADER.unpack_from(chunk)
-    if not flags & NLM_F_ACK_TLVS:
-        return ""
-    start = NLMSG_HDRLEN + 4
-    echoed = NLMSG_HDRLEN if flags & NLM_F_CAPPED else _HEADER.unpack_from(chunk, start)[0]
-    for kind, value in nlas(chunk[start + ((echoed + 3) & ~3) :]):
-        if kind == NLMSGERR_ATTR_MSG:
-            return value.split(b"\0", 1)[0].decode("utf-8", "replace")
-    return ""
+    flags = _HEADER.unpack_from(chunk)[2]
+    if flags & NLM_F_ACK_TLVS:
+        start = NLMSG_HDRLEN + 4
+        echoed = NLMSG_HDRLEN if flags & NLM_F_CAPPED else _HEADER.unpack_from(chunk, start)[0]
+        text = next(
+            (v for k, v in nlas(chunk[start + ((echoed + 3) & ~3) :]) if k == NLMSGERR_ATTR_MSG),
+            b"",
+        ).split(b"\0", 1)[0]
+        if text:
+            detail += ": " + text.decode("utf-8", "replace")
+    raise NetlinkError(-code, detail)
 
 
 class RtnlSocket:

@@ -1,19 +1,10 @@
 """The attachment store: what each plugin remembers per attachment between ADD and DEL.
 
-One JSON file (mode 0600) per attachment in a directory (mode 0700), written atomically,
-read and written under a lock with a deadline, and swept by GC the same way for every
-plugin (AttachmentStore). What a plugin keeps, and how it spells it, is its codec: the
-entry class it gives the store.
-
-Layout: <root>/<plugin>/. The root defaults to /run/cni/meta-plugins (tmpfs: state does
-not outlive a reboot, and neither do the netns, links and rules it describes);
-CNI_META_STATE_ROOT overrides it, which the tests use. tuning's directory is its dataDir
-(Go's /run/cni/tuning unless the config or CNI_META_STATE_ROOT says otherwise).
-
-What stays after every attachment is DELed: the plugin dirs and one empty lock file per
-kind of lock (`lock`, `nftables.lock`, `iptables.lock`, `tuning.lock`; see StateDir.lock
-for why they are never removed). Nothing per attachment: its `<name>.json` and a
-`<name>.json.tmp` a killed writer may have left go with `remove`.
+One JSON file per attachment under <root>/<plugin>/, written atomically, read and written
+under a lock with a deadline, swept by GC the same way for every plugin (AttachmentStore).
+What a plugin keeps, and how it spells it, is its codec: the entry class it gives the
+store. Layout, modes and what stays after the last DEL: docs/architecture.md ("The
+attachment store").
 """
 
 from __future__ import annotations
@@ -21,7 +12,6 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
-import time
 from contextlib import contextmanager, suppress
 
 from common import jsontext as json
@@ -80,16 +70,6 @@ def safe_file_name(*parts: str) -> str:
     return name
 
 
-def make_private_dirs(path: str) -> None:
-    """os.makedirs with mode 0700 for every directory it creates, the state root
-    included: under a runtime's umask of 0 the parents would be world-writable."""
-    old = os.umask(0o077)
-    try:
-        os.makedirs(path, mode=0o700, exist_ok=True)
-    finally:
-        os.umask(old)
-
-
 class StateDir:
     """One directory of state files, checked before anything is written in it.
 
@@ -111,13 +91,18 @@ class StateDir:
         self.directory = directory
 
     def ensure(self) -> None:
-        """Create the directory if needed, then check it (see `check`)."""
+        """Create the directory if needed, then check it (see `check`). Every directory made
+        is 0700, the state root included: under a runtime's umask of 0 the parents would
+        be world-writable."""
+        old = os.umask(0o077)
         try:
-            make_private_dirs(self.directory)
+            os.makedirs(self.directory, mode=0o700, exist_ok=True)
         except OSError as e:
             raise CniError(
                 IO_FAILURE, f"cannot create state directory {self.directory}", str(e)
             ) from None
+        finally:
+            os.umask(old)
         self.check()
 
     def check(self) -> None:
@@ -175,15 +160,13 @@ class StateDir:
         that exists is replaced by rename from `<name>.tmp`: a name fixed per file, which
         `remove` deletes too, so a plugin killed mid-write leaves nothing that DEL or GC
         of that attachment misses. Callers hold the dir's lock while writing (every plugin
-        does), so no two writers share that name.
+        does), so no two writers share that name. No fsync (~5-15 ms per container start):
+        the files live in tmpfs, as the kernel state they describe does not survive a
+        reboot either.
         """
         self.ensure()
         final = self.path(name)
         payload = json.dumps(data, sort_keys=True).encode()
-        # No fsync: rename is what makes a killed plugin leave the old file or the new
-        # one. Power loss is not worth ~5-15 ms per container start: the files live in
-        # /run (tmpfs) by default, and the kernel state they describe (rules, qdiscs,
-        # namespaces) does not survive a reboot either.
         if not os.path.exists(final) and self._create_whole(final, payload):
             return
         tmp = final + TMP_SUFFIX
@@ -228,9 +211,7 @@ class StateDir:
         try:
             with open(os.open(self.path(name), os.O_RDONLY | _NOFOLLOW), "rb") as f:
                 return json.loads(f.read())
-        except FileNotFoundError:
-            return None
-        except ValueError:
+        except (FileNotFoundError, ValueError):
             # A torn file cannot come from write_json; treat a corrupted one as absent
             # rather than making DEL fail forever.
             return None
@@ -250,9 +231,9 @@ class StateDir:
             except OSError as e:
                 raise CniError(IO_FAILURE, f"cannot remove state file {path}", str(e)) from None
 
-    def names(self, suffix: str = ".json") -> list[str]:
+    def names(self) -> list[str]:
         try:
-            return sorted(n for n in os.listdir(self.directory) if n.endswith(suffix))
+            return sorted(n for n in os.listdir(self.directory) if n.endswith(".json"))
         except FileNotFoundError:
             return []
 
@@ -260,10 +241,8 @@ class StateDir:
     def lock(self, name: str = "", timeout: float | None = None) -> Iterator[None]:
         """An exclusive lock between plugin processes; error 11 when it stays taken.
 
-        The lock file is kept after the block, on purpose: unlinking a file others may be
-        waiting on would let a waiter lock the unlinked inode while a newcomer creates and
-        locks a fresh file, two holders at once. So a state dir holds one empty `*.lock`
-        per kind of lock for good (a fixed, small set: it does not grow with attachments).
+        The lock file stays after the block, on purpose: a waiter on an unlinked file and a
+        newcomer locking a fresh one would be two holders at once.
         """
         self.ensure()
         with flock_with_deadline(self.path(name or self.lock_name), timeout):
@@ -355,12 +334,11 @@ class AttachmentStore(StateDir):
         return stale, in_flight
 
 
-def lock_timeout(environ: dict[str, str] | None = None) -> float:
+def lock_timeout() -> float:
     """CNI_META_LOCK_TIMEOUT in seconds (default 30); a value that is not a non-negative
     number falls back to the default rather than making every verb fail."""
-    env = os.environ if environ is None else environ
     try:
-        value = float(env.get(LOCK_TIMEOUT_ENV, DEFAULT_LOCK_TIMEOUT))
+        value = float(os.environ.get(LOCK_TIMEOUT_ENV, DEFAULT_LOCK_TIMEOUT))
     except ValueError:
         return DEFAULT_LOCK_TIMEOUT
     return value if 0 <= value < 1e9 else DEFAULT_LOCK_TIMEOUT  # NaN compares False too
@@ -374,24 +352,21 @@ def _on_alarm(signum: int, frame: object) -> None:
     raise _Expired
 
 
-def _try_flock(fd: int, path: str) -> bool:
+def _flock(fd: int, path: str, timeout: float) -> bool:
+    """Lock `fd` exclusively; False when it is still taken after `timeout` seconds.
+
+    The wait is a blocking flock cut off by SIGALRM: a blocked flock is woken the moment
+    the holder lets go, where a poller with sleeps loses that race to every caller that
+    happens to be awake and can starve for the whole timeout (16 tuning ADDs at once did,
+    on one dataDir lock). Signals need the main thread: plugin code runs there (the
+    helper's workers too, being forked processes).
+    """
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         return True
     except OSError as e:
         if e.errno not in (errno.EWOULDBLOCK, errno.EACCES):
             raise CniError(IO_FAILURE, f"cannot lock {path}", str(e)) from None
-        return False
-
-
-def _wait_blocking(fd: int, path: str, timeout: float) -> bool:
-    """A blocking flock cut off by SIGALRM at the deadline (main thread only).
-
-    A blocked flock is woken the moment the holder lets go. Polling with sleeps instead
-    loses that race to every caller that happens to be awake, and under contention a
-    poller can starve for the whole timeout (16 tuning ADDs at once did, on one dataDir
-    lock).
-    """
     import signal
 
     previous = signal.signal(signal.SIGALRM, _on_alarm)
@@ -410,22 +385,8 @@ def _wait_blocking(fd: int, path: str, timeout: float) -> bool:
         signal.signal(signal.SIGALRM, previous)
 
 
-def _wait_polling(fd: int, path: str, timeout: float) -> bool:
-    """For threads other than the main one, where no signal can interrupt a flock."""
-    deadline = time.monotonic() + timeout
-    delay = 0.001
-    while time.monotonic() < deadline:
-        time.sleep(min(delay, max(deadline - time.monotonic(), 0)))
-        if _try_flock(fd, path):
-            return True
-        delay = min(delay * 2, 0.02)
-    return False
-
-
 @contextmanager
-def flock_with_deadline(
-    path: str, timeout: float | None = None, holder: str = "another plugin call"
-) -> Iterator[None]:
+def flock_with_deadline(path: str, timeout: float | None = None) -> Iterator[None]:
     """Hold an exclusive flock on `path` (created if missing) for the block.
 
     Error 11 (try again later) when it is still taken after `timeout` seconds (default:
@@ -441,19 +402,12 @@ def flock_with_deadline(
     except OSError as e:
         raise CniError(IO_FAILURE, f"cannot open lock file {path}", str(e)) from None
     try:
-        if not _try_flock(fd, path):
-            import threading
-
-            if threading.current_thread() is threading.main_thread():
-                got = _wait_blocking(fd, path, timeout)
-            else:
-                got = _wait_polling(fd, path, timeout)
-            if not got:
-                raise CniError(
-                    TRY_AGAIN_LATER,
-                    f"{holder} holds {path}",
-                    f"waited {timeout:g}s ({LOCK_TIMEOUT_ENV}); try again later",
-                )
+        if not _flock(fd, path, timeout):
+            raise CniError(
+                TRY_AGAIN_LATER,
+                f"another plugin call holds {path}",
+                f"waited {timeout:g}s ({LOCK_TIMEOUT_ENV}); try again later",
+            )
         yield
     finally:
         os.close(fd)  # closing releases the flock

@@ -4,15 +4,7 @@ from __future__ import annotations
 
 from common.errors import INCOMPATIBLE_VERSION, CniError
 
-SUPPORTED_VERSIONS: tuple[str, ...] = (
-    "0.1.0",
-    "0.2.0",
-    "0.3.0",
-    "0.3.1",
-    "0.4.0",
-    "1.0.0",
-    "1.1.0",
-)
+SUPPORTED_VERSIONS = ("0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
 LATEST = SUPPORTED_VERSIONS[-1]
 # libcni treats a config without cniVersion as 0.1.0 (the spec prose says 0.2.0; the
 # result formats of the two are identical, so either answer is compatible).
