@@ -32,30 +32,12 @@ class PortMapping(Value):
     their family while still meaning "any local address".
     """
 
-    __slots__ = ("container_port", "count", "host_ip", "host_port", "index", "protocol")
-
     host_port: int
     container_port: int
     protocol: str
-    host_ip: str
-    count: int  # podman's `range`: host_port..host_port+count-1 -> container_port..
-    index: int  # position in portMappings, for error messages
-
-    def __init__(
-        self,
-        host_port: int,
-        container_port: int,
-        protocol: str,
-        host_ip: str = "",
-        count: int = 1,
-        index: int = 0,
-    ) -> None:
-        self.host_port = host_port
-        self.container_port = container_port
-        self.protocol = protocol
-        self.host_ip = host_ip
-        self.count = count
-        self.index = index
+    host_ip: str = ""
+    count: int = 1  # podman's `range`: host_port..host_port+count-1 -> container_port..
+    index: int = 0  # position in portMappings, for error messages
 
     @property
     def host_family(self) -> int | None:
@@ -77,41 +59,13 @@ class PortMapping(Value):
 
 
 class Options(Value):
-    __slots__ = (
-        "backend",
-        "conditions_v4",
-        "conditions_v6",
-        "external_set_mark_chain",
-        "mark_masq_bit",
-        "masq_all",
-        "snat",
-    )
-
-    snat: bool
-    masq_all: bool
-    mark_masq_bit: int
-    external_set_mark_chain: str
-    conditions_v4: tuple[str, ...]
-    conditions_v6: tuple[str, ...]
-    backend: str  # "" = auto
-
-    def __init__(
-        self,
-        snat: bool = True,
-        masq_all: bool = False,
-        mark_masq_bit: int = DEFAULT_MARK_BIT,
-        external_set_mark_chain: str = "",
-        conditions_v4: tuple[str, ...] = (),
-        conditions_v6: tuple[str, ...] = (),
-        backend: str = "",
-    ) -> None:
-        self.snat = snat
-        self.masq_all = masq_all
-        self.mark_masq_bit = mark_masq_bit
-        self.external_set_mark_chain = external_set_mark_chain
-        self.conditions_v4 = conditions_v4
-        self.conditions_v6 = conditions_v6
-        self.backend = backend
+    snat: bool = True
+    masq_all: bool = False
+    mark_masq_bit: int = DEFAULT_MARK_BIT
+    external_set_mark_chain: str = ""
+    conditions_v4: tuple[str, ...] = ()
+    conditions_v6: tuple[str, ...] = ()
+    backend: str = ""  # "" = auto
 
     def conditions(self, family: int) -> tuple[str, ...]:
         return self.conditions_v4 if family == 4 else self.conditions_v6
@@ -120,16 +74,9 @@ class Options(Value):
 class Attachment(Value):
     """(network, container id, ifname): who owns a set of mappings."""
 
-    __slots__ = ("container_id", "ifname", "network")
-
     network: str
     container_id: str
     ifname: str
-
-    def __init__(self, network: str, container_id: str, ifname: str) -> None:
-        self.network = network
-        self.container_id = container_id
-        self.ifname = ifname
 
     @property
     def network_tag(self) -> str:
@@ -156,14 +103,8 @@ _COMMENT_SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0
 
 
 class PortmapConfig(Value):
-    __slots__ = ("mappings", "options")
-
     options: Options
     mappings: tuple[PortMapping, ...]
-
-    def __init__(self, options: Options, mappings: tuple[PortMapping, ...]) -> None:
-        self.options = options
-        self.mappings = mappings
 
 
 # ---------------------------------------------------------------------------- mappings

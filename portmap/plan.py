@@ -21,6 +21,7 @@ from common.result import Result
 from common.values import Value
 from portmap.config import (
     ANY_ADDRESS,
+    DEFAULT_MARK_BIT,
     Attachment,
     PortmapConfig,
     PortMapping,
@@ -41,30 +42,12 @@ UdpTargets = list[tuple[int, str | None, int]]
 class Forward(Value):
     """host_ip:host_port..+count-1 -> container:container_port..; host_ip None = any."""
 
-    __slots__ = ("container_port", "count", "host_ip", "host_port", "mapping", "protocol")
-
     host_ip: str | None
     protocol: str
     host_port: int
     container_port: int
-    count: int
-    mapping: int  # index in portMappings
-
-    def __init__(
-        self,
-        host_ip: str | None,
-        protocol: str,
-        host_port: int,
-        container_port: int,
-        count: int = 1,
-        mapping: int = 0,
-    ) -> None:
-        self.host_ip = host_ip
-        self.protocol = protocol
-        self.host_port = host_port
-        self.container_port = container_port
-        self.count = count
-        self.mapping = mapping
+    count: int = 1
+    mapping: int = 0  # index in portMappings
 
     def ports(self) -> list[tuple[int, int]]:
         return [(self.host_port + i, self.container_port + i) for i in range(self.count)]
@@ -80,41 +63,13 @@ class Forward(Value):
 
 
 class FamilyPlan(Value):
-    __slots__ = (
-        "conditions",
-        "container_ip",
-        "family",
-        "forwards",
-        "masquerade",
-        "prefix_len",
-        "subnet",
-    )
-
     family: int  # 4 or 6
     container_ip: str
     subnet: str  # the container's network address, e.g. "10.88.0.0"
     prefix_len: int
     forwards: tuple[Forward, ...]
     masquerade: str  # MASQ_NONE / MASQ_SUBNET / MASQ_ALL
-    conditions: tuple[str, ...]
-
-    def __init__(
-        self,
-        family: int,
-        container_ip: str,
-        subnet: str,
-        prefix_len: int,
-        forwards: tuple[Forward, ...],
-        masquerade: str,
-        conditions: tuple[str, ...] = (),
-    ) -> None:
-        self.family = family
-        self.container_ip = container_ip
-        self.subnet = subnet
-        self.prefix_len = prefix_len
-        self.forwards = forwards
-        self.masquerade = masquerade
-        self.conditions = conditions
+    conditions: tuple[str, ...] = ()
 
     @property
     def localhost(self) -> bool:
@@ -127,27 +82,11 @@ class FamilyPlan(Value):
 
 
 class Plan(Value):
-    __slots__ = ("attachment", "external_mark_chain", "families", "mark_bit", "skipped")
-
     attachment: Attachment
     families: tuple[FamilyPlan, ...]
-    skipped: tuple[str, ...]  # human notes: mappings that apply to no family here
-    mark_bit: int  # iptables backend: the "masquerade me" fwmark bit
-    external_mark_chain: str  # iptables backend: jump here instead of SETMARK
-
-    def __init__(
-        self,
-        attachment: Attachment,
-        families: tuple[FamilyPlan, ...],
-        skipped: tuple[str, ...] = (),
-        mark_bit: int = 13,
-        external_mark_chain: str = "",
-    ) -> None:
-        self.attachment = attachment
-        self.families = families
-        self.skipped = skipped
-        self.mark_bit = mark_bit
-        self.external_mark_chain = external_mark_chain
+    skipped: tuple[str, ...] = ()  # human notes: mappings that apply to no family here
+    mark_bit: int = DEFAULT_MARK_BIT  # iptables backend: the "masquerade me" fwmark bit
+    external_mark_chain: str = ""  # iptables backend: jump here instead of SETMARK
 
     @property
     def empty(self) -> bool:
