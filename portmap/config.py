@@ -1,9 +1,7 @@
 """portmap's configuration: options, port mappings and the attachment, parsed and validated.
 
-Everything the user can get wrong is checked here, before anything touches the kernel:
-ports 1-65535, protocol tcp/udp/sctp in any case, a hostIP that parses, a `range` that
-fits under 65536, markMasqBit 0-31, conditions that cannot escape their rule.
-Keys are read case-insensitively (Go runtimes send "HostPort", "Protocol").
+Everything the user can get wrong is refused here (error 7), before anything touches the
+kernel; what each option accepts: docs/portmap.md.
 """
 
 from __future__ import annotations
@@ -212,25 +210,13 @@ def _reject_duplicates(mappings: tuple[PortMapping, ...]) -> None:
             for port in range(m.host_port, m.host_port + m.count):
                 key = (family, ip, m.protocol, port)
                 other = seen.get(key)
-                if other is not None and other.index != m.index:
+                if other is not None:
                     raise invalid_config(
                         f"{m.describe()} maps host port {port}/{m.protocol} that "
                         f"{other.describe()} already maps",
                         "each (hostIP, protocol, hostPort) may appear once",
                     )
                 seen[key] = m
-
-
-# ---------------------------------------------------------------------------- patterns
-
-# `re` costs ~5 ms to import: only externalSetMarkChain, an uncommon option, is checked
-# with a pattern, and pays for it when it is given.
-
-
-def _pattern_fullmatch(pattern: str, text: str) -> bool:
-    import re
-
-    return re.fullmatch(pattern, text) is not None
 
 
 # ---------------------------------------------------------------------------- conditions
@@ -246,7 +232,13 @@ NFT_CONDITIONS_ALLOWED = (
     "range or { set }; meta mark N; each with an optional == or != (<, >, <=, >= for "
     "ports and marks)"
 )
-_NFT_PUNCTUATION = "{},"
+# The two-word selectors: first word -> second word -> the kind of value it matches.
+_NFT_SELECTORS = {
+    "ip": {"saddr": "address", "daddr": "address"},
+    "ip6": {"saddr": "address", "daddr": "address"},
+    "meta": {"l4proto": "l4proto", "mark": "mark", "iifname": "ifname", "oifname": "ifname"},
+    **{proto: {"sport": "port", "dport": "port"} for proto in ("tcp", "udp", "sctp", "th")},
+}
 _NFT_OPERATORS = ("==", "!=")
 _NFT_ORDER_OPERATORS = ("<", ">", "<=", ">=")
 _L4PROTOS = frozenset({"tcp", "udp", "sctp", "udplite", "icmp", "icmpv6", "esp", "ah", "gre"})
@@ -264,7 +256,6 @@ def _parse_conditions(body: JsonObject, key: str) -> tuple[str, ...]:
     if items is None:
         return ()
     where = body.path(key)
-    out = []
     for i, item in enumerate(items):
         if not isinstance(item, str):
             raise invalid_config(f"{where}[{i}] must be a string")
@@ -275,8 +266,7 @@ def _parse_conditions(body: JsonObject, key: str) -> tuple[str, ...]:
                     "conditions may not contain ';', '#' or control characters; "
                     + NFT_CONDITIONS_ALLOWED,
                 )
-        out.append(item)
-    conditions = tuple(out)
+    conditions = tuple(items)
     family = 6 if key.endswith("V6") else 4
     if looks_like_iptables(conditions):
         check_iptables_conditions(conditions, family, where)
@@ -284,31 +274,17 @@ def _parse_conditions(body: JsonObject, key: str) -> tuple[str, ...]:
     return parse_nft_conditions(conditions, family, where)
 
 
-def _nft_tokens(text: str) -> list[str]:
-    """Words, with '{', '}' and ',' as words of their own: `{a,b}` reads as `{ a , b }`."""
-    tokens: list[str] = []
-    word = ""
-    for c in text:
-        if c.isspace() or c in _NFT_PUNCTUATION:
-            if word:
-                tokens.append(word)
-            word = ""
-            if not c.isspace():
-                tokens.append(c)
-        else:
-            word += c
-    if word:
-        tokens.append(word)
-    return tokens
-
-
 def parse_nft_conditions(conditions: tuple[str, ...], family: int, where: str) -> tuple[str, ...]:
     """nft match expressions -> their canonical text, one string per expression.
 
     The strings are read as one stream of words (Go's nftables portmap joins them with
-    spaces), so ["ip saddr 10.0.0.0/8"] and ["ip", "saddr", "10.0.0.0/8"] mean the same.
+    spaces), so ["ip saddr 10.0.0.0/8"] and ["ip", "saddr", "10.0.0.0/8"] mean the same;
+    '{', '}' and ',' are words of their own: `{a,b}` reads as `{ a , b }`.
     """
-    tokens = [t for item in conditions for t in _nft_tokens(item)]
+    text = " ".join(conditions)
+    for mark in "{},":
+        text = text.replace(mark, f" {mark} ")
+    tokens = text.split()
     out = []
     i = 0
     while i < len(tokens):
@@ -325,29 +301,20 @@ def _nft_match(tokens: list[str], i: int, family: int, where: str) -> tuple[str,
     """One `selector [op] value` starting at tokens[i]: (its text, index after it)."""
     first = tokens[i]
     second = tokens[i + 1] if i + 1 < len(tokens) else ""
-    if first in ("ip", "ip6"):
-        if second not in ("saddr", "daddr"):
-            raise _refuse(where, f"{first} {second!r} is not an allowed match")
-        if first != ("ip" if family == 4 else "ip6"):
-            raise _refuse(
-                where,
-                f"{first!r} matches IPv{4 if first == 'ip' else 6} packets, not the "
-                f"IPv{family} ones these conditions are for",
-            )
-        kind, selector, i = "address", f"{first} {second}", i + 2
-    elif first in ("tcp", "udp", "sctp", "th"):
-        if second not in ("sport", "dport"):
-            raise _refuse(where, f"{first} {second!r} is not an allowed match")
-        kind, selector, i = "port", f"{first} {second}", i + 2
-    elif first == "meta":
-        kinds = {"l4proto": "l4proto", "mark": "mark", "iifname": "ifname", "oifname": "ifname"}
-        if second not in kinds:
-            raise _refuse(where, f"meta {second!r} is not an allowed match")
-        kind, selector, i = kinds[second], f"meta {second}", i + 2
-    elif first in ("iifname", "oifname"):
+    if first in ("iifname", "oifname"):
         kind, selector, i = "ifname", first, i + 1
-    else:
+    elif first not in _NFT_SELECTORS:
         raise _refuse(where, f"{first!r} is not an allowed match (statements are refused)")
+    elif second not in _NFT_SELECTORS[first]:
+        raise _refuse(where, f"{first} {second!r} is not an allowed match")
+    else:
+        kind, selector, i = _NFT_SELECTORS[first][second], f"{first} {second}", i + 2
+    if kind == "address" and first != ("ip" if family == 4 else "ip6"):
+        raise _refuse(
+            where,
+            f"{first!r} matches IPv{4 if first == 'ip' else 6} packets, not the "
+            f"IPv{family} ones these conditions are for",
+        )
     op = tokens[i] if i < len(tokens) else ""
     if op in _NFT_OPERATORS or op in _NFT_ORDER_OPERATORS:
         if op in _NFT_ORDER_OPERATORS and kind not in ("port", "mark"):
@@ -389,12 +356,17 @@ def _nft_value(kind: str, token: str, family: int, selector: str, where: str) ->
         text = token if token in _L4PROTOS else _number_text(token, 255, ranges=False)
     elif kind == "ifname":
         name = token[1:-1] if len(token) > 2 and token[0] == token[-1] == '"' else token
-        stem = name[:-1] if name.endswith("*") else name
-        if 0 < len(name) <= 15 and stem and set(stem) <= _IFNAME_CHARS:
+        if _is_ifname(name, "*"):
             text = f'"{name}"'
     if text is None:
         raise _refuse(where, f"{token!r} is not a value {selector!r} can match")
     return text
+
+
+def _is_ifname(name: str, wildcard: str) -> bool:
+    """An interface name, or a prefix of one followed by `wildcard` (nft '*', iptables '+')."""
+    stem = name[:-1] if name.endswith(wildcard) else name
+    return 0 < len(name) <= 15 and bool(stem) and set(stem) <= _IFNAME_CHARS
 
 
 def _address_text(token: str, family: int) -> str | None:
@@ -415,6 +387,11 @@ def _address_text(token: str, family: int) -> str | None:
     if low.version != family or high.version != family or int(high) < int(low):
         return None
     return f"{low}-{high}" if dash else str(low)
+
+
+def _ipt_address_text(token: str, family: int) -> str | None:
+    """An iptables -s/-d address or prefix (no ranges there) as nft text, or None."""
+    return None if "-" in token else _address_text(token, family)
 
 
 def _number_text(token: str, top: int, ranges: bool) -> str | None:
@@ -439,9 +416,9 @@ def _number_text(token: str, top: int, ranges: bool) -> str | None:
     return first.lower() if first.lower().startswith("0x") else str(numbers[0])
 
 
-# iptables conditions, passed to libxtables as argv (no text is built from them), are kept
-# to matches too: address and interface options, and a few match modules without side
-# effects (`-m recent --set`, `-m quota`... change state as packets go by).
+# iptables conditions, words of the rules fed to iptables-restore, are kept to matches
+# too: address and interface options, and a few match modules without side effects
+# (`-m recent --set`, `-m quota`... change state as packets go by), with plain values.
 _IPT_ADDRESS_OPTIONS = ("-s", "--source", "--src", "-d", "--destination", "--dst")
 _IPT_INTERFACE_OPTIONS = ("-i", "--in-interface", "-o", "--out-interface")
 _IPT_MATCHES = {
@@ -474,12 +451,10 @@ def check_iptables_conditions(tokens: tuple[str, ...], family: int, where: str) 
             raise refuse(f"{opt!r} needs a value")
         value = tokens[i + 1]
         if opt in _IPT_ADDRESS_OPTIONS:
-            for addr in value.split(","):
-                if _address_text(addr, family) is None or "-" in addr:
-                    raise refuse(f"{value!r} after {opt} is not an IPv{family} address or CIDR")
+            if any(_ipt_address_text(addr, family) is None for addr in value.split(",")):
+                raise refuse(f"{value!r} after {opt} is not an IPv{family} address or CIDR")
         elif opt in _IPT_INTERFACE_OPTIONS:
-            stem = value[:-1] if value.endswith("+") else value
-            if not (0 < len(value) <= 15 and stem and set(stem) <= _IFNAME_CHARS):
+            if not _is_ifname(value, "+"):
                 raise refuse(f"{value!r} after {opt} is not an interface name")
         elif opt == "-m":
             if value not in _IPT_MATCHES:
@@ -527,14 +502,13 @@ def iptables_to_nft(conditions: tuple[str, ...], family: int, where: str) -> tup
         what, value = _IPT_TO_NFT[tokens[i]], tokens[i + 1]
         op = "!= " if negate else ""
         if what == "iifname":
-            stem = value[:-1] if value.endswith("+") else value
-            if not (0 < len(value) <= 15 and stem and set(stem) <= _IFNAME_CHARS):
+            if not _is_ifname(value, "+"):
                 raise invalid_config(f"{where}: {value!r} is not an interface name")
             out.append(f'iifname {op}"{value.replace("+", "*")}"')
         else:
             addrs = []
             for addr in value.split(","):
-                text = None if "-" in addr else _address_text(addr, family)
+                text = _ipt_address_text(addr, family)
                 if text is None:
                     raise invalid_config(f"{where}: {addr!r} is not an IPv{family} address or CIDR")
                 addrs.append(text)
@@ -560,7 +534,7 @@ def parse_options(body: JsonObject) -> Options:
     if not 0 <= bit <= 31:
         raise invalid_config(f"markMasqBit is {bit}: it must be between 0 and 31")
     chain = body.string("externalSetMarkChain", "")
-    if has_chain and not _pattern_fullmatch(r"[A-Za-z0-9_.\-]{1,28}", chain):
+    if has_chain and not (0 < len(chain) <= 28 and set(chain) <= _IFNAME_CHARS - {"+"}):
         raise invalid_config(
             f"externalSetMarkChain {chain[:60]!r} is not an iptables chain name",
             "a chain name has 1-28 letters, digits, '_', '.' or '-'",
