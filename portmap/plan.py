@@ -1,17 +1,8 @@
 """What one attachment's port mappings should look like in the kernel, as plain data.
 
 Pure: config + prevResult -> a Plan with one FamilyPlan per address family the container
-has. Each FamilyPlan lists the Forwards (host address or any, protocol, host port ->
-container address and port) and how to masquerade. The backends turn this into nft
-elements or iptables rules; DEL, CHECK and GC compare against it.
-
-Masquerading (snat, the default) covers what cannot work without it:
-* hairpin: the container reaching its own host port;
-* a neighbour on the same bridge reaching it through a host port (the reply would go
-  straight over the bridge and never be un-DNATed): sources inside the container's
-  subnet, which is what Go's `-s <container address>/<prefix>` rule means too;
-* localhost: 127.0.0.0/8 sources (IPv4 only; the kernel never routes ::1 off the host).
-`masqAll` masquerades every forwarded connection to the container instead (macvlan/ipvlan).
+has: its Forwards and how to masquerade (`snat`, `masqAll`: docs/portmap.md). The backends
+turn it into nft elements or iptables rules; DEL, CHECK and GC compare against it.
 """
 
 from __future__ import annotations
@@ -24,7 +15,6 @@ from portmap.config import (
     DEFAULT_MARK_BIT,
     Attachment,
     PortmapConfig,
-    PortMapping,
     iptables_to_nft,
     looks_like_iptables,
 )
@@ -125,14 +115,6 @@ def container_addresses(prev: Result, ifname: str) -> dict[int, tuple[str, int, 
     return out
 
 
-def _forward(m: PortMapping, family: int) -> Forward | None:
-    fam = m.host_family
-    if fam is not None and fam != family:
-        return None  # Go skips a hostIP of the other family
-    host_ip = None if m.is_wildcard else m.host_ip
-    return Forward(host_ip, m.protocol, m.host_port, m.container_port, m.count, m.index)
-
-
 def _masquerade(config: PortmapConfig) -> str:
     if not config.options.snat:
         return MASQ_NONE
@@ -161,16 +143,20 @@ def make_plan(
     addresses = container_addresses(prev, attachment.ifname) if prev else {}
     families = []
     used: set[int] = set()
-    for family in (4, 6):
-        if family not in addresses:
-            continue
-        ip, prefix, subnet = addresses[family]
-        forwards = []
-        for m in config.mappings:
-            fw = _forward(m, family)
-            if fw is not None:
-                forwards.append(fw)
-                used.add(m.index)
+    for family, (ip, prefix, subnet) in sorted(addresses.items()):
+        forwards = [
+            Forward(
+                None if m.is_wildcard else m.host_ip,
+                m.protocol,
+                m.host_port,
+                m.container_port,
+                m.count,
+                m.index,
+            )
+            for m in config.mappings
+            if m.host_family in (None, family)  # Go skips a hostIP of the other family
+        ]
+        used.update(f.mapping for f in forwards)
         # Specific host addresses first: the iptables backend relies on this order.
         forwards.sort(key=lambda f: (f.host_ip is None, f.mapping))
         families.append(
