@@ -14,7 +14,6 @@ from common.values import Value
 
 # IP protocol numbers (the kernel and nft speak numbers) and the names we accept.
 PROTOCOL_NAMES = {6: "tcp", 17: "udp", 132: "sctp"}
-PROTOCOLS = tuple(PROTOCOL_NAMES.values())
 BACKENDS = ("nftables", "iptables")
 # Unspecified host addresses: "any local address" (a match, not a bind).
 ANY_ADDRESS = {4: "0.0.0.0", 6: "::"}  # noqa: S104
@@ -153,7 +152,7 @@ def parse_mapping(entry: JsonObject, index: int) -> PortMapping:
     host_port = _port(entry, "hostPort")
     container_port = _port(entry, "containerPort")
     protocol = entry.string("protocol", "") or "tcp"
-    if protocol.lower() not in PROTOCOLS:
+    if protocol.lower() not in PROTOCOL_NAMES.values():
         raise invalid_config(
             f"{entry.path('protocol')} is {protocol!r}",
             "the protocol must be tcp, udp or sctp (any case)",
@@ -409,10 +408,8 @@ def _number_text(token: str, top: int, ranges: bool) -> str | None:
         if value > top:
             return None
         numbers.append(value)
-    if dash and numbers[0] > numbers[1]:
-        return None
     if dash:
-        return f"{numbers[0]}-{numbers[1]}"
+        return f"{numbers[0]}-{numbers[1]}" if numbers[0] <= numbers[1] else None
     return first.lower() if first.lower().startswith("0x") else str(numbers[0])
 
 
