@@ -416,7 +416,11 @@ def _number_text(token: str, top: int, ranges: bool) -> str | None:
 # iptables conditions, words of the rules fed to iptables-restore, are kept to matches
 # too: address and interface options, and a few match modules without side effects
 # (`-m recent --set`, `-m quota`... change state as packets go by), with plain values.
-_IPT_ADDRESS_OPTIONS = ("-s", "--source", "--src", "-d", "--destination", "--dst")
+# option -> the nft selector word it translates to (see iptables_to_nft)
+_IPT_ADDRESS_OPTIONS = {
+    **dict.fromkeys(("-s", "--source", "--src"), "saddr"),
+    **dict.fromkeys(("-d", "--destination", "--dst"), "daddr"),
+}
 _IPT_INTERFACE_OPTIONS = ("-i", "--in-interface", "-o", "--out-interface")
 _IPT_MATCHES = {
     "addrtype": ("--src-type", "--dst-type"),
@@ -466,24 +470,14 @@ def check_iptables_conditions(tokens: tuple[str, ...], family: int, where: str) 
         i += 2
 
 
-_IPT_TO_NFT = {
-    "-s": "saddr",
-    "--source": "saddr",
-    "--src": "saddr",
-    "-d": "daddr",
-    "--destination": "daddr",
-    "--dst": "daddr",
-    "-i": "iifname",
-    "--in-interface": "iifname",
-}
+_IPT_TO_NFT = {**_IPT_ADDRESS_OPTIONS, "-i": "iifname", "--in-interface": "iifname"}
 
 
-def iptables_to_nft(conditions: tuple[str, ...], family: int, where: str) -> tuple[str, ...]:
+def iptables_to_nft(tokens: tuple[str, ...], family: int, where: str) -> tuple[str, ...]:
     """Translate the iptables conditions Go configs carry (`[!] -s/-d ADDR`, `[!] -i IF`)
     into nft expressions, so a conflist written for Go's iptables portmap keeps working
     with the nftables backend. Anything else is refused with a pointer to the fix."""
     out = []
-    tokens = list(conditions)
     i = 0
     while i < len(tokens):
         negate = tokens[i] == "!"

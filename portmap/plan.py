@@ -82,9 +82,9 @@ class Plan(Value):
     def empty(self) -> bool:
         return not any(f.forwards for f in self.families)
 
-    def udp_ports(self) -> list[tuple[int, str | None, int]]:
-        """(family, host ip or None, host port) of every UDP host port: conntrack to flush."""
-        out: list[tuple[int, str | None, int]] = []
+    def udp_ports(self) -> UdpTargets:
+        """Every UDP host port: conntrack to flush."""
+        out: UdpTargets = []
         for fam in self.families:
             for fw in fam.forwards:
                 if fw.protocol == "udp":
