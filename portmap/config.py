@@ -47,12 +47,14 @@ class PortMapping(Value):
         return self.host_ip in WILDCARDS
 
     def describe(self) -> str:
-        host = self.host_ip or "*"
-        if ":" in host:
-            host = f"[{host}]"
-        last = self.host_port + self.count - 1
-        ports = f"{self.host_port}" if self.count == 1 else f"{self.host_port}-{last}"
-        return f"portMappings[{self.index}] {host}:{ports}/{self.protocol}"
+        where = host_ports(self.host_ip or "*", self.host_port, self.count, self.protocol)
+        return f"portMappings[{self.index}] {where}"
+
+
+def host_ports(host: str, port: int, count: int, protocol: str) -> str:
+    """host:port[-last]/protocol, an IPv6 host in brackets (for messages)."""
+    last = f"-{port + count - 1}" if count > 1 else ""
+    return f"{f'[{host}]' if ':' in host else host}:{port}{last}/{protocol}"
 
 
 class Options(Value):

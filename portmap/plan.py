@@ -15,6 +15,7 @@ from portmap.config import (
     DEFAULT_MARK_BIT,
     Attachment,
     PortmapConfig,
+    host_ports,
     iptables_to_nft,
     looks_like_iptables,
 )
@@ -43,13 +44,7 @@ class Forward(Value):
         return [(self.host_port + i, self.container_port + i) for i in range(self.count)]
 
     def describe(self, family: int) -> str:
-        host = self.host_ip or ANY[family]
-        if family == 6:
-            host = f"[{host}]"
-        ports = str(self.host_port)
-        if self.count > 1:
-            ports += f"-{self.host_port + self.count - 1}"
-        return f"{host}:{ports}/{self.protocol}"
+        return host_ports(self.host_ip or ANY[family], self.host_port, self.count, self.protocol)
 
 
 class FamilyPlan(Value):
