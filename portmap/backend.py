@@ -30,17 +30,6 @@ if TYPE_CHECKING:
         def status(self) -> None: ...
 
 
-def nftables_usable() -> bool:
-    """libnftables loads (the kernel side is proven by the first transaction)."""
-    from portmap import libnftables
-
-    try:
-        libnftables.load()
-    except OSError:
-        return False
-    return True
-
-
 def make(name: str, sd: AttachmentStore, log: Log) -> Backend:
     if name == "iptables":
         from portmap.xtables import XtablesBackend
@@ -61,7 +50,13 @@ def resolve(options: Options) -> str:
         looks_like_iptables(options.conditions(family)) for family in (4, 6)
     ):
         return "iptables"
-    return "nftables" if nftables_usable() else "iptables"
+    from portmap import libnftables
+
+    try:
+        libnftables.load()  # the kernel's side is proven by the first transaction
+    except OSError:
+        return "iptables"
+    return "nftables"
 
 
 def choose(options: Options, sd: AttachmentStore, log: Log) -> Backend:

@@ -1,9 +1,7 @@
 """portmap's configuration: options, port mappings and the attachment, parsed and validated.
 
-Everything the user can get wrong is checked here, before anything touches the kernel:
-ports 1-65535, protocol tcp/udp/sctp in any case, a hostIP that parses, a `range` that
-fits under 65536, markMasqBit 0-31, conditions that cannot escape their rule.
-Keys are read case-insensitively (Go runtimes send "HostPort", "Protocol").
+Everything the user can get wrong is refused here (error 7), before anything touches the
+kernel; what each option accepts: docs/portmap.md.
 """
 
 from __future__ import annotations
@@ -16,7 +14,6 @@ from common.values import Value
 
 # IP protocol numbers (the kernel and nft speak numbers) and the names we accept.
 PROTOCOL_NAMES = {6: "tcp", 17: "udp", 132: "sctp"}
-PROTOCOLS = tuple(PROTOCOL_NAMES.values())
 BACKENDS = ("nftables", "iptables")
 # Unspecified host addresses: "any local address" (a match, not a bind).
 ANY_ADDRESS = {4: "0.0.0.0", 6: "::"}  # noqa: S104
@@ -32,30 +29,12 @@ class PortMapping(Value):
     their family while still meaning "any local address".
     """
 
-    __slots__ = ("container_port", "count", "host_ip", "host_port", "index", "protocol")
-
     host_port: int
     container_port: int
     protocol: str
-    host_ip: str
-    count: int  # podman's `range`: host_port..host_port+count-1 -> container_port..
-    index: int  # position in portMappings, for error messages
-
-    def __init__(
-        self,
-        host_port: int,
-        container_port: int,
-        protocol: str,
-        host_ip: str = "",
-        count: int = 1,
-        index: int = 0,
-    ) -> None:
-        self.host_port = host_port
-        self.container_port = container_port
-        self.protocol = protocol
-        self.host_ip = host_ip
-        self.count = count
-        self.index = index
+    host_ip: str = ""
+    count: int = 1  # podman's `range`: host_port..host_port+count-1 -> container_port..
+    index: int = 0  # position in portMappings, for error messages
 
     @property
     def host_family(self) -> int | None:
@@ -68,50 +47,24 @@ class PortMapping(Value):
         return self.host_ip in WILDCARDS
 
     def describe(self) -> str:
-        host = self.host_ip or "*"
-        if ":" in host:
-            host = f"[{host}]"
-        last = self.host_port + self.count - 1
-        ports = f"{self.host_port}" if self.count == 1 else f"{self.host_port}-{last}"
-        return f"portMappings[{self.index}] {host}:{ports}/{self.protocol}"
+        where = host_ports(self.host_ip or "*", self.host_port, self.count, self.protocol)
+        return f"portMappings[{self.index}] {where}"
+
+
+def host_ports(host: str, port: int, count: int, protocol: str) -> str:
+    """host:port[-last]/protocol, an IPv6 host in brackets (for messages)."""
+    last = f"-{port + count - 1}" if count > 1 else ""
+    return f"{f'[{host}]' if ':' in host else host}:{port}{last}/{protocol}"
 
 
 class Options(Value):
-    __slots__ = (
-        "backend",
-        "conditions_v4",
-        "conditions_v6",
-        "external_set_mark_chain",
-        "mark_masq_bit",
-        "masq_all",
-        "snat",
-    )
-
-    snat: bool
-    masq_all: bool
-    mark_masq_bit: int
-    external_set_mark_chain: str
-    conditions_v4: tuple[str, ...]
-    conditions_v6: tuple[str, ...]
-    backend: str  # "" = auto
-
-    def __init__(
-        self,
-        snat: bool = True,
-        masq_all: bool = False,
-        mark_masq_bit: int = DEFAULT_MARK_BIT,
-        external_set_mark_chain: str = "",
-        conditions_v4: tuple[str, ...] = (),
-        conditions_v6: tuple[str, ...] = (),
-        backend: str = "",
-    ) -> None:
-        self.snat = snat
-        self.masq_all = masq_all
-        self.mark_masq_bit = mark_masq_bit
-        self.external_set_mark_chain = external_set_mark_chain
-        self.conditions_v4 = conditions_v4
-        self.conditions_v6 = conditions_v6
-        self.backend = backend
+    snat: bool = True
+    masq_all: bool = False
+    mark_masq_bit: int = DEFAULT_MARK_BIT
+    external_set_mark_chain: str = ""
+    conditions_v4: tuple[str, ...] = ()
+    conditions_v6: tuple[str, ...] = ()
+    backend: str = ""  # "" = auto
 
     def conditions(self, family: int) -> tuple[str, ...]:
         return self.conditions_v4 if family == 4 else self.conditions_v6
@@ -120,16 +73,9 @@ class Options(Value):
 class Attachment(Value):
     """(network, container id, ifname): who owns a set of mappings."""
 
-    __slots__ = ("container_id", "ifname", "network")
-
     network: str
     container_id: str
     ifname: str
-
-    def __init__(self, network: str, container_id: str, ifname: str) -> None:
-        self.network = network
-        self.container_id = container_id
-        self.ifname = ifname
 
     @property
     def network_tag(self) -> str:
@@ -156,14 +102,8 @@ _COMMENT_SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0
 
 
 class PortmapConfig(Value):
-    __slots__ = ("mappings", "options")
-
     options: Options
     mappings: tuple[PortMapping, ...]
-
-    def __init__(self, options: Options, mappings: tuple[PortMapping, ...]) -> None:
-        self.options = options
-        self.mappings = mappings
 
 
 # ---------------------------------------------------------------------------- mappings
@@ -214,7 +154,7 @@ def parse_mapping(entry: JsonObject, index: int) -> PortMapping:
     host_port = _port(entry, "hostPort")
     container_port = _port(entry, "containerPort")
     protocol = entry.string("protocol", "") or "tcp"
-    if protocol.lower() not in PROTOCOLS:
+    if protocol.lower() not in PROTOCOL_NAMES.values():
         raise invalid_config(
             f"{entry.path('protocol')} is {protocol!r}",
             "the protocol must be tcp, udp or sctp (any case)",
@@ -271,25 +211,13 @@ def _reject_duplicates(mappings: tuple[PortMapping, ...]) -> None:
             for port in range(m.host_port, m.host_port + m.count):
                 key = (family, ip, m.protocol, port)
                 other = seen.get(key)
-                if other is not None and other.index != m.index:
+                if other is not None:
                     raise invalid_config(
                         f"{m.describe()} maps host port {port}/{m.protocol} that "
                         f"{other.describe()} already maps",
                         "each (hostIP, protocol, hostPort) may appear once",
                     )
                 seen[key] = m
-
-
-# ---------------------------------------------------------------------------- patterns
-
-# `re` costs ~5 ms to import: only externalSetMarkChain, an uncommon option, is checked
-# with a pattern, and pays for it when it is given.
-
-
-def _pattern_fullmatch(pattern: str, text: str) -> bool:
-    import re
-
-    return re.fullmatch(pattern, text) is not None
 
 
 # ---------------------------------------------------------------------------- conditions
@@ -305,7 +233,13 @@ NFT_CONDITIONS_ALLOWED = (
     "range or { set }; meta mark N; each with an optional == or != (<, >, <=, >= for "
     "ports and marks)"
 )
-_NFT_PUNCTUATION = "{},"
+# The two-word selectors: first word -> second word -> the kind of value it matches.
+_NFT_SELECTORS = {
+    "ip": {"saddr": "address", "daddr": "address"},
+    "ip6": {"saddr": "address", "daddr": "address"},
+    "meta": {"l4proto": "l4proto", "mark": "mark", "iifname": "ifname", "oifname": "ifname"},
+    **{proto: {"sport": "port", "dport": "port"} for proto in ("tcp", "udp", "sctp", "th")},
+}
 _NFT_OPERATORS = ("==", "!=")
 _NFT_ORDER_OPERATORS = ("<", ">", "<=", ">=")
 _L4PROTOS = frozenset({"tcp", "udp", "sctp", "udplite", "icmp", "icmpv6", "esp", "ah", "gre"})
@@ -323,7 +257,6 @@ def _parse_conditions(body: JsonObject, key: str) -> tuple[str, ...]:
     if items is None:
         return ()
     where = body.path(key)
-    out = []
     for i, item in enumerate(items):
         if not isinstance(item, str):
             raise invalid_config(f"{where}[{i}] must be a string")
@@ -334,8 +267,7 @@ def _parse_conditions(body: JsonObject, key: str) -> tuple[str, ...]:
                     "conditions may not contain ';', '#' or control characters; "
                     + NFT_CONDITIONS_ALLOWED,
                 )
-        out.append(item)
-    conditions = tuple(out)
+    conditions = tuple(items)
     family = 6 if key.endswith("V6") else 4
     if looks_like_iptables(conditions):
         check_iptables_conditions(conditions, family, where)
@@ -343,31 +275,17 @@ def _parse_conditions(body: JsonObject, key: str) -> tuple[str, ...]:
     return parse_nft_conditions(conditions, family, where)
 
 
-def _nft_tokens(text: str) -> list[str]:
-    """Words, with '{', '}' and ',' as words of their own: `{a,b}` reads as `{ a , b }`."""
-    tokens: list[str] = []
-    word = ""
-    for c in text:
-        if c.isspace() or c in _NFT_PUNCTUATION:
-            if word:
-                tokens.append(word)
-            word = ""
-            if not c.isspace():
-                tokens.append(c)
-        else:
-            word += c
-    if word:
-        tokens.append(word)
-    return tokens
-
-
 def parse_nft_conditions(conditions: tuple[str, ...], family: int, where: str) -> tuple[str, ...]:
     """nft match expressions -> their canonical text, one string per expression.
 
     The strings are read as one stream of words (Go's nftables portmap joins them with
-    spaces), so ["ip saddr 10.0.0.0/8"] and ["ip", "saddr", "10.0.0.0/8"] mean the same.
+    spaces), so ["ip saddr 10.0.0.0/8"] and ["ip", "saddr", "10.0.0.0/8"] mean the same;
+    '{', '}' and ',' are words of their own: `{a,b}` reads as `{ a , b }`.
     """
-    tokens = [t for item in conditions for t in _nft_tokens(item)]
+    text = " ".join(conditions)
+    for mark in "{},":
+        text = text.replace(mark, f" {mark} ")
+    tokens = text.split()
     out = []
     i = 0
     while i < len(tokens):
@@ -384,29 +302,20 @@ def _nft_match(tokens: list[str], i: int, family: int, where: str) -> tuple[str,
     """One `selector [op] value` starting at tokens[i]: (its text, index after it)."""
     first = tokens[i]
     second = tokens[i + 1] if i + 1 < len(tokens) else ""
-    if first in ("ip", "ip6"):
-        if second not in ("saddr", "daddr"):
-            raise _refuse(where, f"{first} {second!r} is not an allowed match")
-        if first != ("ip" if family == 4 else "ip6"):
-            raise _refuse(
-                where,
-                f"{first!r} matches IPv{4 if first == 'ip' else 6} packets, not the "
-                f"IPv{family} ones these conditions are for",
-            )
-        kind, selector, i = "address", f"{first} {second}", i + 2
-    elif first in ("tcp", "udp", "sctp", "th"):
-        if second not in ("sport", "dport"):
-            raise _refuse(where, f"{first} {second!r} is not an allowed match")
-        kind, selector, i = "port", f"{first} {second}", i + 2
-    elif first == "meta":
-        kinds = {"l4proto": "l4proto", "mark": "mark", "iifname": "ifname", "oifname": "ifname"}
-        if second not in kinds:
-            raise _refuse(where, f"meta {second!r} is not an allowed match")
-        kind, selector, i = kinds[second], f"meta {second}", i + 2
-    elif first in ("iifname", "oifname"):
+    if first in ("iifname", "oifname"):
         kind, selector, i = "ifname", first, i + 1
-    else:
+    elif first not in _NFT_SELECTORS:
         raise _refuse(where, f"{first!r} is not an allowed match (statements are refused)")
+    elif second not in _NFT_SELECTORS[first]:
+        raise _refuse(where, f"{first} {second!r} is not an allowed match")
+    else:
+        kind, selector, i = _NFT_SELECTORS[first][second], f"{first} {second}", i + 2
+    if kind == "address" and first != ("ip" if family == 4 else "ip6"):
+        raise _refuse(
+            where,
+            f"{first!r} matches IPv{4 if first == 'ip' else 6} packets, not the "
+            f"IPv{family} ones these conditions are for",
+        )
     op = tokens[i] if i < len(tokens) else ""
     if op in _NFT_OPERATORS or op in _NFT_ORDER_OPERATORS:
         if op in _NFT_ORDER_OPERATORS and kind not in ("port", "mark"):
@@ -448,12 +357,17 @@ def _nft_value(kind: str, token: str, family: int, selector: str, where: str) ->
         text = token if token in _L4PROTOS else _number_text(token, 255, ranges=False)
     elif kind == "ifname":
         name = token[1:-1] if len(token) > 2 and token[0] == token[-1] == '"' else token
-        stem = name[:-1] if name.endswith("*") else name
-        if 0 < len(name) <= 15 and stem and set(stem) <= _IFNAME_CHARS:
+        if _is_ifname(name, "*"):
             text = f'"{name}"'
     if text is None:
         raise _refuse(where, f"{token!r} is not a value {selector!r} can match")
     return text
+
+
+def _is_ifname(name: str, wildcard: str) -> bool:
+    """An interface name, or a prefix of one followed by `wildcard` (nft '*', iptables '+')."""
+    stem = name[:-1] if name.endswith(wildcard) else name
+    return 0 < len(name) <= 15 and bool(stem) and set(stem) <= _IFNAME_CHARS
 
 
 def _address_text(token: str, family: int) -> str | None:
@@ -476,6 +390,11 @@ def _address_text(token: str, family: int) -> str | None:
     return f"{low}-{high}" if dash else str(low)
 
 
+def _ipt_address_text(token: str, family: int) -> str | None:
+    """An iptables -s/-d address or prefix (no ranges there) as nft text, or None."""
+    return None if "-" in token else _address_text(token, family)
+
+
 def _number_text(token: str, top: int, ranges: bool) -> str | None:
     first, dash, last = token.partition("-") if ranges else (token, "", "")
     numbers = []
@@ -491,17 +410,19 @@ def _number_text(token: str, top: int, ranges: bool) -> str | None:
         if value > top:
             return None
         numbers.append(value)
-    if dash and numbers[0] > numbers[1]:
-        return None
     if dash:
-        return f"{numbers[0]}-{numbers[1]}"
+        return f"{numbers[0]}-{numbers[1]}" if numbers[0] <= numbers[1] else None
     return first.lower() if first.lower().startswith("0x") else str(numbers[0])
 
 
-# iptables conditions, passed to libxtables as argv (no text is built from them), are kept
-# to matches too: address and interface options, and a few match modules without side
-# effects (`-m recent --set`, `-m quota`... change state as packets go by).
-_IPT_ADDRESS_OPTIONS = ("-s", "--source", "--src", "-d", "--destination", "--dst")
+# iptables conditions, words of the rules fed to iptables-restore, are kept to matches
+# too: address and interface options, and a few match modules without side effects
+# (`-m recent --set`, `-m quota`... change state as packets go by), with plain values.
+# option -> the nft selector word it translates to (see iptables_to_nft)
+_IPT_ADDRESS_OPTIONS = {
+    **dict.fromkeys(("-s", "--source", "--src"), "saddr"),
+    **dict.fromkeys(("-d", "--destination", "--dst"), "daddr"),
+}
 _IPT_INTERFACE_OPTIONS = ("-i", "--in-interface", "-o", "--out-interface")
 _IPT_MATCHES = {
     "addrtype": ("--src-type", "--dst-type"),
@@ -533,12 +454,10 @@ def check_iptables_conditions(tokens: tuple[str, ...], family: int, where: str) 
             raise refuse(f"{opt!r} needs a value")
         value = tokens[i + 1]
         if opt in _IPT_ADDRESS_OPTIONS:
-            for addr in value.split(","):
-                if _address_text(addr, family) is None or "-" in addr:
-                    raise refuse(f"{value!r} after {opt} is not an IPv{family} address or CIDR")
+            if any(_ipt_address_text(addr, family) is None for addr in value.split(",")):
+                raise refuse(f"{value!r} after {opt} is not an IPv{family} address or CIDR")
         elif opt in _IPT_INTERFACE_OPTIONS:
-            stem = value[:-1] if value.endswith("+") else value
-            if not (0 < len(value) <= 15 and stem and set(stem) <= _IFNAME_CHARS):
+            if not _is_ifname(value, "+"):
                 raise refuse(f"{value!r} after {opt} is not an interface name")
         elif opt == "-m":
             if value not in _IPT_MATCHES:
@@ -553,24 +472,14 @@ def check_iptables_conditions(tokens: tuple[str, ...], family: int, where: str) 
         i += 2
 
 
-_IPT_TO_NFT = {
-    "-s": "saddr",
-    "--source": "saddr",
-    "--src": "saddr",
-    "-d": "daddr",
-    "--destination": "daddr",
-    "--dst": "daddr",
-    "-i": "iifname",
-    "--in-interface": "iifname",
-}
+_IPT_TO_NFT = {**_IPT_ADDRESS_OPTIONS, "-i": "iifname", "--in-interface": "iifname"}
 
 
-def iptables_to_nft(conditions: tuple[str, ...], family: int, where: str) -> tuple[str, ...]:
+def iptables_to_nft(tokens: tuple[str, ...], family: int, where: str) -> tuple[str, ...]:
     """Translate the iptables conditions Go configs carry (`[!] -s/-d ADDR`, `[!] -i IF`)
     into nft expressions, so a conflist written for Go's iptables portmap keeps working
     with the nftables backend. Anything else is refused with a pointer to the fix."""
     out = []
-    tokens = list(conditions)
     i = 0
     while i < len(tokens):
         negate = tokens[i] == "!"
@@ -586,14 +495,13 @@ def iptables_to_nft(conditions: tuple[str, ...], family: int, where: str) -> tup
         what, value = _IPT_TO_NFT[tokens[i]], tokens[i + 1]
         op = "!= " if negate else ""
         if what == "iifname":
-            stem = value[:-1] if value.endswith("+") else value
-            if not (0 < len(value) <= 15 and stem and set(stem) <= _IFNAME_CHARS):
+            if not _is_ifname(value, "+"):
                 raise invalid_config(f"{where}: {value!r} is not an interface name")
             out.append(f'iifname {op}"{value.replace("+", "*")}"')
         else:
             addrs = []
             for addr in value.split(","):
-                text = None if "-" in addr else _address_text(addr, family)
+                text = _ipt_address_text(addr, family)
                 if text is None:
                     raise invalid_config(f"{where}: {addr!r} is not an IPv{family} address or CIDR")
                 addrs.append(text)
@@ -619,7 +527,7 @@ def parse_options(body: JsonObject) -> Options:
     if not 0 <= bit <= 31:
         raise invalid_config(f"markMasqBit is {bit}: it must be between 0 and 31")
     chain = body.string("externalSetMarkChain", "")
-    if has_chain and not _pattern_fullmatch(r"[A-Za-z0-9_.\-]{1,28}", chain):
+    if has_chain and not (0 < len(chain) <= 28 and set(chain) <= _IFNAME_CHARS - {"+"}):
         raise invalid_config(
             f"externalSetMarkChain {chain[:60]!r} is not an iptables chain name",
             "a chain name has 1-28 letters, digits, '_', '.' or '-'",

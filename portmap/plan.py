@@ -1,17 +1,8 @@
 """What one attachment's port mappings should look like in the kernel, as plain data.
 
 Pure: config + prevResult -> a Plan with one FamilyPlan per address family the container
-has. Each FamilyPlan lists the Forwards (host address or any, protocol, host port ->
-container address and port) and how to masquerade. The backends turn this into nft
-elements or iptables rules; DEL, CHECK and GC compare against it.
-
-Masquerading (snat, the default) covers what cannot work without it:
-* hairpin: the container reaching its own host port;
-* a neighbour on the same bridge reaching it through a host port (the reply would go
-  straight over the bridge and never be un-DNATed): sources inside the container's
-  subnet, which is what Go's `-s <container address>/<prefix>` rule means too;
-* localhost: 127.0.0.0/8 sources (IPv4 only; the kernel never routes ::1 off the host).
-`masqAll` masquerades every forwarded connection to the container instead (macvlan/ipvlan).
+has: its Forwards and how to masquerade (`snat`, `masqAll`: docs/portmap.md). The backends
+turn it into nft elements or iptables rules; DEL, CHECK and GC compare against it.
 """
 
 from __future__ import annotations
@@ -21,9 +12,10 @@ from common.result import Result
 from common.values import Value
 from portmap.config import (
     ANY_ADDRESS,
+    DEFAULT_MARK_BIT,
     Attachment,
     PortmapConfig,
-    PortMapping,
+    host_ports,
     iptables_to_nft,
     looks_like_iptables,
 )
@@ -41,80 +33,28 @@ UdpTargets = list[tuple[int, str | None, int]]
 class Forward(Value):
     """host_ip:host_port..+count-1 -> container:container_port..; host_ip None = any."""
 
-    __slots__ = ("container_port", "count", "host_ip", "host_port", "mapping", "protocol")
-
     host_ip: str | None
     protocol: str
     host_port: int
     container_port: int
-    count: int
-    mapping: int  # index in portMappings
-
-    def __init__(
-        self,
-        host_ip: str | None,
-        protocol: str,
-        host_port: int,
-        container_port: int,
-        count: int = 1,
-        mapping: int = 0,
-    ) -> None:
-        self.host_ip = host_ip
-        self.protocol = protocol
-        self.host_port = host_port
-        self.container_port = container_port
-        self.count = count
-        self.mapping = mapping
+    count: int = 1
+    mapping: int = 0  # index in portMappings
 
     def ports(self) -> list[tuple[int, int]]:
         return [(self.host_port + i, self.container_port + i) for i in range(self.count)]
 
     def describe(self, family: int) -> str:
-        host = self.host_ip or ANY[family]
-        if family == 6:
-            host = f"[{host}]"
-        ports = str(self.host_port)
-        if self.count > 1:
-            ports += f"-{self.host_port + self.count - 1}"
-        return f"{host}:{ports}/{self.protocol}"
+        return host_ports(self.host_ip or ANY[family], self.host_port, self.count, self.protocol)
 
 
 class FamilyPlan(Value):
-    __slots__ = (
-        "conditions",
-        "container_ip",
-        "family",
-        "forwards",
-        "masquerade",
-        "prefix_len",
-        "subnet",
-    )
-
     family: int  # 4 or 6
     container_ip: str
     subnet: str  # the container's network address, e.g. "10.88.0.0"
     prefix_len: int
     forwards: tuple[Forward, ...]
     masquerade: str  # MASQ_NONE / MASQ_SUBNET / MASQ_ALL
-    conditions: tuple[str, ...]
-
-    def __init__(
-        self,
-        family: int,
-        container_ip: str,
-        subnet: str,
-        prefix_len: int,
-        forwards: tuple[Forward, ...],
-        masquerade: str,
-        conditions: tuple[str, ...] = (),
-    ) -> None:
-        self.family = family
-        self.container_ip = container_ip
-        self.subnet = subnet
-        self.prefix_len = prefix_len
-        self.forwards = forwards
-        self.masquerade = masquerade
-        self.conditions = conditions
+    conditions: tuple[str, ...] = ()
 
     @property
     def localhost(self) -> bool:
@@ -127,35 +67,19 @@ class FamilyPlan(Value):
 
 
 class Plan(Value):
-    __slots__ = ("attachment", "external_mark_chain", "families", "mark_bit", "skipped")
-
     attachment: Attachment
     families: tuple[FamilyPlan, ...]
-    skipped: tuple[str, ...]  # human notes: mappings that apply to no family here
-    mark_bit: int  # iptables backend: the "masquerade me" fwmark bit
-    external_mark_chain: str  # iptables backend: jump here instead of SETMARK
-
-    def __init__(
-        self,
-        attachment: Attachment,
-        families: tuple[FamilyPlan, ...],
-        skipped: tuple[str, ...] = (),
-        mark_bit: int = 13,
-        external_mark_chain: str = "",
-    ) -> None:
-        self.attachment = attachment
-        self.families = families
-        self.skipped = skipped
-        self.mark_bit = mark_bit
-        self.external_mark_chain = external_mark_chain
+    skipped: tuple[str, ...] = ()  # human notes: mappings that apply to no family here
+    mark_bit: int = DEFAULT_MARK_BIT  # iptables backend: the "masquerade me" fwmark bit
+    external_mark_chain: str = ""  # iptables backend: jump here instead of SETMARK
 
     @property
     def empty(self) -> bool:
         return not any(f.forwards for f in self.families)
 
-    def udp_ports(self) -> list[tuple[int, str | None, int]]:
-        """(family, host ip or None, host port) of every UDP host port: conntrack to flush."""
-        out: list[tuple[int, str | None, int]] = []
+    def udp_ports(self) -> UdpTargets:
+        """Every UDP host port: conntrack to flush."""
+        out: UdpTargets = []
         for fam in self.families:
             for fw in fam.forwards:
                 if fw.protocol == "udp":
@@ -186,14 +110,6 @@ def container_addresses(prev: Result, ifname: str) -> dict[int, tuple[str, int, 
     return out
 
 
-def _forward(m: PortMapping, family: int) -> Forward | None:
-    fam = m.host_family
-    if fam is not None and fam != family:
-        return None  # Go skips a hostIP of the other family
-    host_ip = None if m.is_wildcard else m.host_ip
-    return Forward(host_ip, m.protocol, m.host_port, m.container_port, m.count, m.index)
-
-
 def _masquerade(config: PortmapConfig) -> str:
     if not config.options.snat:
         return MASQ_NONE
@@ -222,16 +138,20 @@ def make_plan(
     addresses = container_addresses(prev, attachment.ifname) if prev else {}
     families = []
     used: set[int] = set()
-    for family in (4, 6):
-        if family not in addresses:
-            continue
-        ip, prefix, subnet = addresses[family]
-        forwards = []
-        for m in config.mappings:
-            fw = _forward(m, family)
-            if fw is not None:
-                forwards.append(fw)
-                used.add(m.index)
+    for family, (ip, prefix, subnet) in sorted(addresses.items()):
+        forwards = [
+            Forward(
+                None if m.is_wildcard else m.host_ip,
+                m.protocol,
+                m.host_port,
+                m.container_port,
+                m.count,
+                m.index,
+            )
+            for m in config.mappings
+            if m.host_family in (None, family)  # Go skips a hostIP of the other family
+        ]
+        used.update(f.mapping for f in forwards)
         # Specific host addresses first: the iptables backend relies on this order.
         forwards.sort(key=lambda f: (f.host_ip is None, f.mapping))
         families.append(

@@ -31,8 +31,6 @@ class Recorded(Value):
     """`objects` as the backend spells them; `committed`: they are known to exist and be
     ours (False: an intent, written before a transaction that may not have happened)."""
 
-    __slots__ = ("backend", "committed", "container_id", "ifname", "network", "objects")
-
     network: str
     container_id: str
     ifname: str

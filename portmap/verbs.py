@@ -120,10 +120,11 @@ def delete(request: Request) -> None:
         request.log.warning(f"ignoring unreadable portmap config on DEL: {e}")
         config = cfg.PortmapConfig(cfg.Options(), ())
     recorded = sd.load(att)
-    name = recorded.backend if recorded else None
-    if name not in cfg.BACKENDS:
+    if recorded is not None and recorded.backend in cfg.BACKENDS:
+        name = recorded.backend
+    else:
         name = backends.resolve(config.options)
-    backend = backends.make(str(name), sd, request.log)
+    backend = backends.make(name, sd, request.log)
     plan = None
     prev = request.conf.prev_result
     if prev is not None and config.mappings:
