@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from common.errors import INVALID_ENVIRONMENT, INVALID_NETNS, CniError
-from common.values import Value
+from common.values import Value, field
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -87,23 +87,11 @@ class Invocation(Value):
     """What the runtime told us through the environment."""
 
     command: str
-    container_id: str
-    netns: str
-    ifname: str
-    path: tuple[str, ...]
-    cni_args: dict[str, str]
-
-    def __init__(
-        self,
-        command: str,
-        container_id: str = "",
-        netns: str = "",
-        ifname: str = "",
-        path: tuple[str, ...] = (),
-        cni_args: dict[str, str] | None = None,
-    ) -> None:
-        # A dict of its own for each (a shared default one is a trap).
-        super().__init__(command, container_id, netns, ifname, path, cni_args or {})
+    container_id: str = ""
+    netns: str = ""
+    ifname: str = ""
+    path: tuple[str, ...] = ()
+    cni_args: dict[str, str] = field(default_factory=dict)
 
 
 def read_invocation(environ: Mapping[str, str]) -> Invocation:

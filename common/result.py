@@ -11,7 +11,7 @@ from __future__ import annotations
 from common import versions
 from common.errors import invalid_config
 from common.jsonobj import JsonObject, split_known
-from common.values import Value
+from common.values import Value, field
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -66,22 +66,12 @@ class DNS(Value):
 
 
 class Result(Value):
-    interfaces: list[Interface]
-    ips: list[IPConfig]
-    routes: list[Route]
-    dns: DNS
-    extra: dict[str, Any] | None
-
-    def __init__(
-        self,
-        interfaces: list[Interface] | None = None,
-        ips: list[IPConfig] | None = None,
-        routes: list[Route] | None = None,
-        dns: DNS | None = None,
-        extra: dict[str, Any] | None = None,
-    ) -> None:
-        # Lists of its own: a plugin appends to the result it reports (bandwidth's ifb).
-        super().__init__(interfaces or [], ips or [], routes or [], dns or DNS(), extra)
+    # Lists of its own: a plugin appends to the result it reports (bandwidth's ifb).
+    interfaces: list[Interface] = field(default_factory=list)
+    ips: list[IPConfig] = field(default_factory=list)
+    routes: list[Route] = field(default_factory=list)
+    dns: DNS = field(default_factory=DNS)
+    extra: dict[str, Any] | None = None
 
     def interface_index(self, name: str, *, in_sandbox: bool | None = None) -> int | None:
         for i, iface in enumerate(self.interfaces):

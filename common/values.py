@@ -9,17 +9,21 @@ and more: ~10 ms on every container start). A value class only declares its fiel
         up: bool = True
 
 and gets `__slots__`, an `__init__` taking the fields in that order (defaults as
-declared), equality, hashing and a repr over the fields; `OrderedValue` adds ordering.
-Type checkers see the same thing through `dataclass_transform` (PEP 681), which is only
-imported while type checking. A class may still write its own `__init__`, or narrow what
-equality compares by overriding `_fields`.
+declared; `field(default_factory=list)` for a fresh list per instance), equality, hashing,
+a repr and `replace` over the fields; `OrderedValue` adds ordering. Type checkers see the
+same thing through `dataclass_transform` (PEP 681), which is only imported while type
+checking. A class may still write its own `__init__`, or narrow what equality compares by
+overriding `_fields`.
 """
 
 from __future__ import annotations
 
 TYPE_CHECKING = False  # `typing` itself costs ~15 ms to import
 if TYPE_CHECKING:
-    from typing import Any, ClassVar, dataclass_transform
+    from collections.abc import Callable
+    from typing import Any, ClassVar, Self, TypeVar, dataclass_transform
+
+    T = TypeVar("T")
 else:
 
     def dataclass_transform(**_: object) -> object:
@@ -29,7 +33,21 @@ else:
 _MISSING = object()
 
 
-@dataclass_transform(eq_default=True)
+class _Factory:
+    """The default of a `field`: called for each instance that is not given the field."""
+
+    __slots__ = ("make",)
+
+    def __init__(self, make: Callable[[], object]) -> None:
+        self.make = make
+
+
+def field(*, default_factory: Callable[[], T]) -> T:
+    """A default made afresh for each instance (a list or dict must not be shared)."""
+    return _Factory(default_factory)  # type: ignore[return-value]
+
+
+@dataclass_transform(eq_default=True, field_specifiers=(field,))
 class _ValueMeta(type):
     def __new__(mcs, name: str, bases: tuple[type, ...], ns: dict[str, Any]) -> _ValueMeta:
         annotations = ns.get("__annotations__", {})
@@ -40,10 +58,10 @@ class _ValueMeta(type):
         defaults = dict(
             next((b.__dict__["_defaults"] for b in bases if "_defaults" in b.__dict__), {})
         )
-        for field in own:
-            value = ns.pop(field, _MISSING)
+        for attr in own:
+            value = ns.pop(attr, _MISSING)
             if value is not _MISSING:
-                defaults[field] = value
+                defaults[attr] = value
         ns.setdefault("__slots__", tuple(own))
         ns["_field_names"] = inherited + tuple(own)
         ns["_defaults"] = defaults
@@ -59,15 +77,17 @@ class Value(metaclass=_ValueMeta):
         names = self._field_names
         if len(args) > len(names):
             raise TypeError(f"{type(self).__name__}() takes {len(names)} fields, got {len(args)}")
-        for field, value in zip(names, args, strict=False):
-            setattr(self, field, value)
-        for field in names[len(args) :]:
-            value = kwargs.pop(field, _MISSING)
+        for name, value in zip(names, args, strict=False):
+            setattr(self, name, value)
+        for name in names[len(args) :]:
+            value = kwargs.pop(name, _MISSING)
             if value is _MISSING:
-                value = self._defaults.get(field, _MISSING)
+                value = self._defaults.get(name, _MISSING)
                 if value is _MISSING:
-                    raise TypeError(f"{type(self).__name__}() is missing field {field!r}")
-            setattr(self, field, value)
+                    raise TypeError(f"{type(self).__name__}() is missing field {name!r}")
+                if type(value) is _Factory:
+                    value = value.make()
+            setattr(self, name, value)
         if kwargs:
             raise TypeError(f"{type(self).__name__}() got unknown fields {sorted(kwargs)}")
 
@@ -87,6 +107,10 @@ class Value(metaclass=_ValueMeta):
     def fields(self) -> dict[str, object]:
         """The declared fields by name (what `dataclasses.asdict` gave, one level deep)."""
         return {name: getattr(self, name) for name in self._field_names}
+
+    def replace(self, **changes: Any) -> Self:
+        """A copy with `changes` (what `dataclasses.replace` does)."""
+        return type(self)(**{**self.fields(), **changes})
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._field_names)

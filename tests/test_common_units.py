@@ -19,7 +19,7 @@ from common.errors import CniError
 from common.gc import AttachmentId, valid_attachments
 from common.jsonobj import JsonObject
 from common.state import AttachmentStore, StateDir
-from common.values import OrderedValue, Value
+from common.values import OrderedValue, Value, field
 
 
 def code_of(fn, *args, **kw) -> int:  # type: ignore[no-untyped-def]
@@ -312,3 +312,28 @@ def test_value_classes_get_slots_init_equality_and_order_from_their_fields() -> 
         Pair()  # type: ignore[call-arg]
     with pytest.raises(TypeError, match="unknown fields"):
         Pair("a", colour="red")  # type: ignore[call-arg]
+
+
+class Bag(Value):
+    name: str
+    items: list[str] = field(default_factory=list)
+    index: dict[str, int] = field(default_factory=dict)
+
+
+def test_a_field_default_factory_makes_a_fresh_default_per_instance() -> None:
+    one, two = Bag("one"), Bag("two")
+    one.items.append("x")
+    one.index["x"] = 1
+    assert two.items == [] and two.index == {}
+    assert Bag("b") == Bag("b", [], {}) and repr(Bag("b")) == "Bag(name='b', items=[], index={})"
+    given = ["y"]
+    assert Bag("c", given).items is given
+
+
+def test_replace_copies_a_value_with_some_fields_changed() -> None:
+    bag = Bag("a", ["x"])
+    changed = bag.replace(name="b")
+    assert changed == Bag("b", ["x"]) and type(changed) is Bag and bag == Bag("a", ["x"])
+    assert Tagged("x", 1, "t").replace(tag="u").tag == "u"
+    with pytest.raises(TypeError, match="unknown fields"):
+        bag.replace(colour="red")

@@ -476,7 +476,7 @@ def test_a_symlink_out_of_net_is_refused(tmp_path: Path) -> None:
 def test_second_add_keeps_the_first_originals() -> None:
     conf = tuning_conf({"mtu": 1400, "sysctl": {"net.a.b": "1"}})
     first = originals(make_plan(conf, "eth0"), LIVE, {"net/a/b": "0"})
-    changed = LinkState(**{**LIVE.fields(), "mtu": 1400})
+    changed = LIVE.replace(mtu=1400)
     conf2 = tuning_conf({"mtu": 1300, "mac": MAC_CONF, "sysctl": {"net.a.b": "1", "net.c.d": "5"}})
     second = originals(make_plan(conf2, "eth0"), changed, {"net/a/b": "1", "net/c/d": "4"})
     merged = second.keeping_older(first)

@@ -57,7 +57,7 @@ class Backup(LinkSettings):
             name: value for name, value in older.fields().items() if value not in (None, "")
         }
         kept["sysctls"] = older.sysctls + tuple((p, v) for p, v in self.sysctls if p not in known)
-        return Backup(**{**self.fields(), **kept})
+        return self.replace(**kept)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
