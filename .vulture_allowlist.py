@@ -21,6 +21,7 @@ STATUS_LIMITED
 # reads these attributes by name.
 _.strict
 _.object_hook
+_.object_pairs_hook
 _.parse_float
 _.parse_int
 _.parse_constant

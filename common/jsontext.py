@@ -7,6 +7,10 @@ regular expressions when they are imported (pulling in `re`, `enum`, `functools`
 actual work, never use them. This module drives that same C scanner and encoder, so the
 results are the ones `json` gives. Malformed input is still a `json.JSONDecodeError` (a
 ValueError) with json's message: only then is `json` imported, to make it.
+
+One addition: an object that has a key twice (the last value wins, as with json.loads)
+comes back as a `RepeatedKeys` dict that names it, which json.loads cannot tell (tuning
+refuses a sysctl given twice).
 """
 
 from __future__ import annotations
@@ -15,12 +19,30 @@ import _json
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable
     from typing import Any
 
-    PairsHook = Callable[[list[tuple[str, Any]]], Any]
-
 _WHITESPACE = " \t\n\r"
+
+
+class RepeatedKeys(dict[str, "Any"]):  # a string: `typing` is not imported at run time
+    """A decoded object that had a key more than once: `repeated` is the first key seen again."""
+
+    __slots__ = ("repeated",)
+    repeated: str
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) == len(pairs):
+        return obj
+    marked = RepeatedKeys(obj)
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            marked.repeated = key
+            break
+        seen.add(key)
+    return marked
 
 
 class _ScannerSettings:
@@ -28,6 +50,7 @@ class _ScannerSettings:
 
     strict = True
     object_hook = None
+    object_pairs_hook = staticmethod(_object)
     parse_float = float
     parse_int = int
     parse_constant = {
@@ -36,11 +59,8 @@ class _ScannerSettings:
         "-Infinity": float("-inf"),
     }.__getitem__
 
-    def __init__(self, object_pairs_hook: PairsHook | None) -> None:
-        self.object_pairs_hook = object_pairs_hook
 
-
-_scanners: dict[object, Any] = {}
+_scan = _json.make_scanner(_ScannerSettings())  # type: ignore[arg-type]
 
 
 def _error(message: str, text: str, position: int) -> ValueError:
@@ -70,24 +90,20 @@ def _encoding_of(data: bytes) -> str:
     return "utf-8"
 
 
-def loads(data: str | bytes, object_pairs_hook: PairsHook | None = None) -> Any:
-    """json.loads(data, object_pairs_hook=...)."""
+def loads(data: str | bytes) -> Any:
+    """json.loads(data)."""
     if isinstance(data, bytes):
         text = data.decode(_encoding_of(data), "surrogatepass")
     else:
         text = data
         if text.startswith("\ufeff"):
             raise _error("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
-    scanner = _scanners.get(object_pairs_hook)
-    if scanner is None:
-        scanner = _json.make_scanner(_ScannerSettings(object_pairs_hook))  # type: ignore[arg-type]
-        _scanners[object_pairs_hook] = scanner
     end = len(text)
     start = 0
     while start < end and text[start] in _WHITESPACE:
         start += 1
     try:
-        value, stop = scanner(text, start)
+        value, stop = _scan(text, start)
     except StopIteration as e:
         raise _error("Expecting value", text, e.value) from None
     except SystemError:
@@ -95,7 +111,7 @@ def loads(data: str | bytes, object_pairs_hook: PairsHook | None = None) -> Any:
         # which it can only make once json.decoder is imported: let json say what is wrong.
         import json
 
-        return json.loads(data, object_pairs_hook=object_pairs_hook)
+        return json.loads(data)
     while stop < end and text[stop] in _WHITESPACE:
         stop += 1
     if stop != end:

@@ -38,18 +38,15 @@ class Request:
     Plain rather than a common.values.Value, as Plugin: VERSION would import that module
     only to define the two (its start-up budget counts modules)."""
 
-    __slots__ = ("conf", "env", "environ", "log", "stdin")
+    __slots__ = ("conf", "env", "environ", "log")
 
     def __init__(
-        self, env: Invocation, conf: NetConf, log: Log, environ: Mapping[str, str], stdin: bytes
+        self, env: Invocation, conf: NetConf, log: Log, environ: Mapping[str, str]
     ) -> None:
         self.env = env
         self.conf = conf
         self.log = log
         self.environ = environ
-        # The raw config, for what the parsed JSON cannot tell (e.g. a key given twice:
-        # json.loads keeps only the last one).
-        self.stdin = stdin
 
     @property
     def network(self) -> str:
@@ -192,7 +189,7 @@ def run(
         conf = parse_netconf(raw)
         error_version = conf.cni_version
         versions.require_verb(command, conf.cni_version)
-        request = Request(invocation, conf, log, environ, data)
+        request = Request(invocation, conf, log, environ)
         verbs = __import__(f"{plugin.name}.verbs", fromlist=["add"])  # the submodule
         result = getattr(verbs, VERB_FUNCTIONS[invocation.command])(request)
         if invocation.command == "ADD":

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from cnichain import runner as chain
+from common import jsontext
 from common.config import decode, parse_netconf
 from common.env import parse_cni_args, read_invocation
 from common.errors import CniError
@@ -74,6 +75,17 @@ def test_json_types_are_strict_and_errors_name_the_path() -> None:
     with pytest.raises(CniError) as e:
         obj.integer("big", maximum=65535)
     assert "at most 65535" in e.value.msg
+
+
+def test_jsontext_decodes_as_json_does_and_names_a_repeated_key() -> None:
+    import json
+
+    text = b'{"a": [1, 2.5, "\\u00e9", null, true], "b": {"c": {}}, "d": -1e3, "e": NaN}'
+    assert repr(jsontext.loads(text)) == repr(json.loads(text))
+    obj = jsontext.loads('{"x": 1, "y": {"k": 1, "j": 2, "j": 3, "k": 4}, "x": 2}')
+    assert obj == {"x": 2, "y": {"k": 4, "j": 3}} and list(obj["y"]) == ["k", "j"]
+    assert (obj.repeated, obj["y"].repeated) == ("x", "j")
+    assert type(jsontext.loads('{"x": {"y": 1}}')["x"]) is dict
 
 
 def test_null_counts_as_absent() -> None:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from common.config import parse_netconf
+from common.config import decode, parse_netconf
 from common.env import Invocation
 from common.errors import INVALID_CONFIG, CniError
 from common.gc import AttachmentId
@@ -17,7 +17,7 @@ from common.result import Result
 from tuning import allowlist
 from tuning.apply import check_link_fits, resolve_sysctl
 from tuning.backup import Backup, BackupStore, originals
-from tuning.config import TuningConf, duplicated_sysctl_keys, parse, parse_mac
+from tuning.config import TuningConf, parse, parse_mac
 from tuning.plan import (
     LinkState,
     link_differences,
@@ -40,11 +40,10 @@ def tuning_conf(
     *,
     cni_args: dict[str, str] | None = None,
     environ: dict[str, str] | None = None,
-    stdin_duplicates: dict[str, list[str]] | None = None,
 ) -> TuningConf:
     body = {"cniVersion": "1.0.0", "name": "net1", "type": "tuning", **(raw or {})}
     invocation = Invocation("ADD", "ctr1", "/run/netns/x", "eth0", cni_args=cni_args or {})
-    return parse(parse_netconf(body), invocation, environ or {}, stdin_duplicates)
+    return parse(parse_netconf(body), invocation, environ or {})
 
 
 def refused(raw: dict[str, Any], **kw: Any) -> CniError:
@@ -244,20 +243,16 @@ def test_two_spellings_of_one_key_in_one_object_are_refused() -> None:
     )
 
 
-def test_literally_duplicated_keys_are_found_in_the_raw_bytes() -> None:
-    stdin = (
+def test_literally_duplicated_keys_are_refused() -> None:
+    raw = decode(
         b'{"cniVersion": "1.0.0", "name": "n", "type": "tuning",'
         b' "sysctl": {"net.core.somaxconn": "1", "net.core.somaxconn": "2"},'
         b' "args": {"cni": {"sysctl": {"net.a.b": "1", "net.a.b": "1"}}}}'
     )
-    dups = duplicated_sysctl_keys(stdin)
-    assert dups == {"sysctl": ["net.core.somaxconn"], "args.cni.sysctl": ["net.a.b"]}
-    raw = json.loads(stdin)
-    assert (
-        "more than once"
-        in refused({k: v for k, v in raw.items() if k == "sysctl"}, stdin_duplicates=dups).msg
-    )
-    assert duplicated_sysctl_keys(b'{"sysctl": {"net.a.b": "1", "net.a.c": "1"}}') == {}
+    assert refused(raw).msg == "sysctl key 'net.core.somaxconn' is given more than once"
+    del raw["sysctl"]
+    assert refused(raw).msg == "args.cni.sysctl key 'net.a.b' is given more than once"
+    assert len(tuning_conf(decode(b'{"sysctl": {"net.a.b": "1", "net.a.c": "1"}}')).sysctls) == 2
 
 
 def test_default_data_dir_follows_the_state_root_else_matches_go() -> None:

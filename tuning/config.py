@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import os
 
-from common import jsontext as json
 from common.config import NetConf
 from common.env import Invocation
 from common.errors import invalid_config
-from common.jsonobj import JsonObject, ci_get
+from common.jsonobj import JsonObject
+from common.jsontext import RepeatedKeys
 from common.state import plugin_dir
 from common.values import Value
 
@@ -131,13 +131,14 @@ def _sysctl_value(value: Any, where: str) -> str:
     return text
 
 
-def _sysctl_map(obj: JsonObject | None, duplicates: list[str]) -> dict[tuple[str, ...], Sysctl]:
-    """One sysctl object -> {path components: setting}; two spellings of one path are an error."""
+def _sysctl_map(obj: JsonObject | None) -> dict[tuple[str, ...], Sysctl]:
+    """One sysctl object -> {path components: setting}; a key given twice, or two spellings
+    of one path, are an error."""
     if obj is None:
         return {}
-    if duplicates:
+    if isinstance(obj.raw, RepeatedKeys):
         raise invalid_config(
-            f"{obj.where} key {duplicates[0]!r} is given more than once",
+            f"{obj.where} key {obj.raw.repeated!r} is given more than once",
             "give each key once",
         )
     out: dict[tuple[str, ...], Sysctl] = {}
@@ -152,49 +153,6 @@ def _sysctl_map(obj: JsonObject | None, duplicates: list[str]) -> dict[tuple[str
             )
         out[components] = Sysctl(key, components, value)
     return out
-
-
-class _PairsDict(dict[str, "Any"]):  # a string: `typing` is not imported at run time
-    """A decoded JSON object that remembers which of its keys appeared more than once."""
-
-    duplicates: list[str]
-
-
-def _pairs_hook(pairs: list[tuple[str, Any]]) -> _PairsDict:
-    obj = _PairsDict()
-    obj.duplicates = []
-    for k, v in pairs:
-        if k in obj:
-            obj.duplicates.append(k)
-        obj[k] = v
-    return obj
-
-
-def duplicated_sysctl_keys(stdin: bytes) -> dict[str, list[str]]:
-    """{"sysctl": [...], "args.cni.sysctl": [...]}: keys that appear twice in one object.
-
-    json.loads keeps only the last of two equal keys, so this needs the raw bytes. It runs
-    a second decode, only when the config mentions a sysctl at all.
-    """
-    if b"sysctl" not in stdin.lower():
-        return {}
-    try:
-        raw = json.loads(stdin, object_pairs_hook=_pairs_hook)
-    except (ValueError, RecursionError):
-        return {}  # skel reports the decoding error itself
-    if not isinstance(raw, dict):
-        return {}
-    args = ci_get(raw, "args")
-    cni = ci_get(args, "cni") if isinstance(args, dict) else None
-    found = {
-        "sysctl": ci_get(raw, "sysctl"),
-        "args.cni.sysctl": ci_get(cni, "sysctl") if isinstance(cni, dict) else None,
-    }
-    return {
-        where: obj.duplicates
-        for where, obj in found.items()
-        if isinstance(obj, _PairsDict) and obj.duplicates
-    }
 
 
 def _mtu(obj: JsonObject) -> int | None:
@@ -245,18 +203,12 @@ def parse_data_dir(conf: NetConf, environ: Mapping[str, str]) -> str:
     return os.path.normpath(data_dir)
 
 
-def parse(
-    conf: NetConf,
-    invocation: Invocation,
-    environ: Mapping[str, str],
-    duplicates: Mapping[str, list[str]] | None = None,
-) -> TuningConf:
-    """NetConf + CNI_ARGS (+ the duplicate-key scan of stdin) -> a validated TuningConf."""
-    dups = duplicates or {}
+def parse(conf: NetConf, invocation: Invocation, environ: Mapping[str, str]) -> TuningConf:
+    """NetConf + CNI_ARGS -> a validated TuningConf."""
     body, cni = conf.body, conf.cni_args_object
-    sysctls = _sysctl_map(body.child("sysctl"), dups.get("sysctl", []))
+    sysctls = _sysctl_map(body.child("sysctl"))
     # args.cni overrides the config key by key, matching keys by the setting they name.
-    sysctls.update(_sysctl_map(cni.child("sysctl"), dups.get("args.cni.sysctl", [])))
+    sysctls.update(_sysctl_map(cni.child("sysctl")))
 
     def pick(read: Callable[[JsonObject], Any]) -> Any:
         override = read(cni)

@@ -17,8 +17,7 @@ from tuning.plan import link_differences, make_plan, report, sysctl_differences
 
 
 def add(request: Request) -> Result:
-    duplicates = config.duplicated_sysctl_keys(request.stdin)
-    conf = config.parse(request.conf, request.env, request.environ, duplicates)
+    conf = config.parse(request.conf, request.env, request.environ)
     if conf.sysctls:
         keys = [s.key for s in conf.sysctls]
         allowlist.refuse_unlisted(allowlist.load(conf.allowlist_path), keys)
@@ -96,8 +95,7 @@ def delete(request: Request) -> None:
 
 
 def check(request: Request) -> None:
-    duplicates = config.duplicated_sysctl_keys(request.stdin)
-    conf = config.parse(request.conf, request.env, request.environ, duplicates)
+    conf = config.parse(request.conf, request.env, request.environ)
     plan = make_plan(conf, request.ifname)
     if plan.empty:
         return
