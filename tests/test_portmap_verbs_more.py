@@ -380,6 +380,45 @@ def test_check_names_a_jump_that_went_to_another_chain(ipt: Dual) -> None:
                                 "expected 2")  # fmt: skip
 
 
+@pytest.mark.parametrize(
+    "backend",
+    [
+        "nftables",
+        pytest.param(
+            "iptables",
+            marks=pytest.mark.xfail(
+                raises=AssertionError,
+                strict=True,
+                reason="bug: the iptables CHECK counts the jumps to the attachment's chain "
+                "but never compares their conditions (real kernel: exit 0 here too)",
+            ),
+        ),
+    ],
+)
+def test_check_names_conditions_that_differ_from_the_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: str
+) -> None:
+    """Added with conditionsV4 -s 192.168.77.0/24; the config now says -s 10.0.0.0/8, or
+    no conditions at all: the installed DNAT admits other clients than configured."""
+    world = _dual(tmp_path, monkeypatch, backend)
+    one = {"mappings": [{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}],
+           "ips": ["10.88.0.5/16"]}  # fmt: skip
+    assert world.run("ADD", **one, conditionsV4=["-s", "192.168.77.0/24"])[0] == 0
+    for conditions in (["-s", "10.0.0.0/8"], []):
+        code, error = world.run("CHECK", **one, conditionsV4=conditions)
+        assert code == 1, f"CHECK passed with conditionsV4 {conditions}"
+        assert error["code"] == 102
+        if backend == "nftables":
+            missing = "any4{} has no element tcp . 8080 : 10.88.0.5 . 80"
+            assert error["details"] == (
+                f"the IPv4 lookup rules of {T} are missing; " + missing.format("_8a75da35")
+                if conditions
+                else missing.format("")
+            )
+        else:
+            assert "CNI-HOSTPORT-DNAT" in error["details"]
+
+
 # ---------------------------------------------------------------------------- GC
 
 
