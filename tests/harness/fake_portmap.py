@@ -12,7 +12,7 @@ module's versions there:
 * iptables backend: `portmap.xtables.run` (every iptables-save, iptables -S and
   iptables-restore call) plus `xtables.tool`/`xtables.legacy_nat_exists` (which only
   probe the host's files). `FakeXtables` keeps each (variant, family)'s nat table:
-  chains and rules as `iptables-save -t nat` prints them, and applies
+  chains and rules as `iptables-save -t nat` prints them (matches in its order), and applies
   `iptables-restore --noflush` transactions (-N -A -I -D -F -X, all or nothing).
 * host extras: `portmap.verbs.read_sysctl`/`write_sysctl` (route_localnet),
   `portmap.netlink.route_oif_v4` (every container address is behind `cni0`) and
@@ -239,6 +239,35 @@ def _saved_word(word: str) -> str:
     return '"' + word.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+# iptables-save prints the address, interface and protocol matches first, in this order,
+# whatever order they were given in, and an address without a prefix length as a /32
+# (/128); the other matches follow as given.
+_FRONT = {"-s": "-s", "--source": "-s", "-d": "-d", "--destination": "-d",
+          "-i": "-i", "--in-interface": "-i", "-o": "-o", "--out-interface": "-o",
+          "-p": "-p", "--protocol": "-p"}  # fmt: skip
+
+
+def _canonical(words: list[str], family: int) -> list[str]:
+    front: dict[str, list[str]] = {}
+    rest: list[str] = []
+    i = 0
+    while i < len(words):
+        negated = words[i] == "!" and i + 1 < len(words) and words[i + 1] in _FRONT
+        opt = words[i + negated]
+        if opt in _FRONT and i + negated + 1 < len(words):
+            short, value = _FRONT[opt], words[i + negated + 1]
+            if short in ("-s", "-d"):
+                value = ",".join(
+                    a if "/" in a else f"{a}/{128 if family == 6 else 32}" for a in value.split(",")
+                )
+            front[short] = ["!"] * negated + [short, value]
+            i += negated + 2
+        else:
+            rest.append(words[i])
+            i += 1
+    return [w for opt in ("-s", "-d", "-i", "-o", "-p") for w in front.get(opt, [])] + rest
+
+
 def _target(rule: str) -> str:
     words = shlex.split(rule)
     return words[words.index("-j") + 1] if "-j" in words else ""
@@ -284,7 +313,7 @@ class FakeXtables:
         where = f"{variant} ipv{family}"
         table = copy.deepcopy(self.table(variant, family))
         for number, line in enumerate(lines[1:-1], start=2):
-            if not self._apply(table, shlex.split(line)):
+            if not self._apply(table, shlex.split(line), family):
                 self.record += [f"{where}: {x}" for x in lines[1:-1]]
                 self.record.append(f"{where}: -> line {number} failed")
                 return 1, f"iptables-restore: line {number} failed\n"
@@ -292,7 +321,7 @@ class FakeXtables:
         self.record += [f"{where}: {x}" for x in lines[1:-1]]
         return 0, ""
 
-    def _apply(self, table: dict[str, list[str]], words: list[str]) -> bool:
+    def _apply(self, table: dict[str, list[str]], words: list[str], family: int) -> bool:
         verb, chain, rest = words[0], words[1], words[2:]
         if verb == "-N":
             if chain in table:
@@ -314,10 +343,10 @@ class FakeXtables:
             target = _target(" ".join(rest))
             if target not in TARGETS and target not in table:
                 return False
-            rule = " ".join(["-A", chain, *map(_saved_word, rest)])
+            rule = " ".join(["-A", chain, *map(_saved_word, _canonical(rest, family))])
             rules.append(rule) if verb == "-A" else rules.insert(at, rule)
         elif verb == "-D":
-            rule = " ".join(["-A", chain, *map(_saved_word, rest)])
+            rule = " ".join(["-A", chain, *map(_saved_word, _canonical(rest, family))])
             if rule not in rules:
                 return False
             rules.remove(rule)
