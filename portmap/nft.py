@@ -304,9 +304,6 @@ class Nft:
         except OSError as e:
             raise CniError(STATUS_UNAVAILABLE, "libnftables cannot be loaded", str(e)) from None
 
-    def set_json_output(self, on: bool) -> None:
-        self.context.set_json_output(on)
-
     def run(self, text: str) -> tuple[int, str, str]:
         """(return code, output, error text) of one nft command batch."""
         return self.context.run(text)
@@ -314,7 +311,7 @@ class Nft:
     def must(self, lines: list[str], what: str) -> None:
         rc, _, err = self.run("\n".join(lines))
         if rc != 0:
-            raise CniError(KERNEL_FAILURE, f"nftables refused to {what}", _first_error(err))
+            raise CniError(KERNEL_FAILURE, f"nftables refused to {what}", first_error(err))
 
     def get(self, elements: list[Element]) -> dict[Element, tuple[str, str]]:
         """The live (comment, data) of those of `elements` that exist."""
@@ -345,11 +342,12 @@ class Nft:
         if rc != 0:
             if "No such file or directory" in err:
                 return []
-            raise CniError(KERNEL_FAILURE, f"cannot list nft table {T}", _first_error(err))
+            raise CniError(KERNEL_FAILURE, f"cannot list nft table {T}", first_error(err))
         return [(e, comment) for e, comment in parse_elements(out) if is_plain(e)]
 
 
-def _first_error(err: str) -> str:
+def first_error(err: str) -> str:
+    """The first two lines of nft's complaint, for an error's details."""
     lines = [line for line in err.strip().splitlines() if line.strip()]
     return " | ".join(lines[:2])[:500]
 
@@ -434,7 +432,7 @@ class NftBackend:
             else:
                 self.sd.forget(att)
             raise conflict or CniError(
-                KERNEL_FAILURE, "nftables refused the port mappings", _first_error(err)
+                KERNEL_FAILURE, "nftables refused the port mappings", first_error(err)
             )
 
     def _record(self, att: Attachment, elements: Iterable[Element], committed: bool = True) -> None:
@@ -520,7 +518,7 @@ class NftBackend:
             if rc != 0 and nft.table_exists():
                 raise CniError(
                     KERNEL_FAILURE, f"nftables refused to delete the port mappings of {att}",
-                    _first_error(err),
+                    first_error(err),
                 )  # fmt: skip
             self.sd.forget(att)
             # What the state knew as ours was so until a moment ago, even when it vanished
@@ -605,4 +603,4 @@ class NftBackend:
     def status(self) -> None:
         rc, _, err = Nft().run("list tables")
         if rc != 0:
-            raise CniError(STATUS_UNAVAILABLE, "nftables is not usable here", _first_error(err))
+            raise CniError(STATUS_UNAVAILABLE, "nftables is not usable here", first_error(err))
