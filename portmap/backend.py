@@ -37,7 +37,7 @@ def make(name: str, sd: AttachmentStore, log: Log) -> Backend:
         return XtablesBackend(sd, log)
     from portmap.nft import NftBackend
 
-    return NftBackend(sd, log)
+    return NftBackend(sd)
 
 
 def resolve(options: Options) -> str:

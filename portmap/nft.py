@@ -9,12 +9,11 @@ from itertools import pairwise
 
 from common.digest import sha256_hex
 from common.errors import CHECK_FAILED, CONFLICT, KERNEL_FAILURE, STATUS_UNAVAILABLE, CniError
-from common.log import Log
 from common.state import AttachmentStore
 from common.values import OrderedValue, Value
 from portmap import libnftables, state
-from portmap.config import PROTOCOL_NAMES, Attachment
-from portmap.plan import ANY, MASQ_ALL, MASQ_NONE, MASQ_SUBNET, FamilyPlan, Plan, UdpTargets
+from portmap.config import ANY_ADDRESS, PROTOCOL_NAMES, Attachment
+from portmap.plan import MASQ_ALL, MASQ_NONE, MASQ_SUBNET, FamilyPlan, Plan, UdpTargets
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -135,7 +134,7 @@ def skeleton_text() -> list[str]:
 def prefix_mask(family: int, prefix: int) -> str:
     import ipaddress
 
-    return ipaddress.ip_network(f"{ANY[family]}/{prefix}").netmask.compressed
+    return ipaddress.ip_network(f"{ANY_ADDRESS[family]}/{prefix}").netmask.compressed
 
 
 def masq_chain(family: int, prefix: int) -> str:
@@ -183,7 +182,8 @@ def family_elements(fp: FamilyPlan) -> list[Element]:
     for fw in fp.forwards:
         for hp, cp in fw.ports():
             target = f"{fp.container_ip} . {cp}"
-            out.append(Element(f"claims{f}", f"{fw.host_ip or ANY[f]} . {fw.protocol} . {hp}"))
+            claim = f"{fw.host_ip or ANY_ADDRESS[f]} . {fw.protocol} . {hp}"
+            out.append(Element(f"claims{f}", claim))
             if fw.host_ip:
                 out.append(Element(lane.hostip_map, f"{fw.host_ip} . {fw.protocol} . {hp}", target))
             else:
@@ -250,7 +250,7 @@ def udp_targets(elements: Iterable[Element]) -> UdpTargets:
         if proto != "udp":
             continue
         family = int(e.set[-1])
-        out.append((family, None if addr == ANY[family] else addr, int(port)))
+        out.append((family, None if addr == ANY_ADDRESS[family] else addr, int(port)))
     return out
 
 
@@ -382,9 +382,8 @@ def _state_elements(recorded: state.Recorded | None) -> list[Element] | None:
 class NftBackend:
     name = NAME
 
-    def __init__(self, sd: AttachmentStore, log: Log) -> None:
+    def __init__(self, sd: AttachmentStore) -> None:
         self.sd = sd
-        self.log = log
 
     # -- ADD ---------------------------------------------------------------------------
 
@@ -477,7 +476,7 @@ class NftBackend:
             owner = state.owner_name(self.sd, owner_tag, comment.partition(" ")[2] or owner_tag)
             if e.is_claim:
                 addr, proto, port = e.key.split(" . ")
-                where = f"{'*' if addr in ANY.values() else addr}:{port}/{proto}"
+                where = f"{'*' if addr in ANY_ADDRESS.values() else addr}:{port}/{proto}"
                 raise CniError(
                     CONFLICT,
                     f"host port {where} is already mapped by attachment {owner}",
