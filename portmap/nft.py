@@ -8,11 +8,11 @@ from __future__ import annotations
 from itertools import pairwise
 
 from common.digest import sha256_hex
-from common.errors import CHECK_FAILED, CONFLICT, KERNEL_FAILURE, STATUS_UNAVAILABLE, CniError
+from common.errors import CONFLICT, KERNEL_FAILURE, STATUS_UNAVAILABLE, CniError
 from common.state import AttachmentStore
 from common.values import OrderedValue, Value
 from portmap import libnftables, state
-from portmap.config import ANY_ADDRESS, PROTOCOL_NAMES, Attachment
+from portmap.config import ANY_ADDRESS, PROTOCOL_NAMES, Attachment, host_ports
 from portmap.plan import MASQ_ALL, MASQ_NONE, MASQ_SUBNET, FamilyPlan, Plan, UdpTargets
 
 TYPE_CHECKING = False
@@ -436,7 +436,8 @@ class NftBackend:
 
     def _record(self, att: Attachment, elements: Iterable[Element], committed: bool = True) -> None:
         objects = [[name, key] for name, key in sorted({(e.set, e.key) for e in elements})]
-        self.sd.save(att, state.Recorded(att, NAME, objects, committed))
+        record = state.Recorded(att.network, att.container_id, att.ifname, NAME, objects, committed)
+        self.sd.save(att, record)
 
     def _missing_setup(self, nft: Nft, plan: Plan) -> list[str]:
         lanes = plan_lanes(plan)
@@ -469,24 +470,18 @@ class NftBackend:
             if e not in live:
                 continue
             comment, data = live[e]
-            owner_tag = tag_of(comment)
-            if owner_tag == att.tag:
+            if tag_of(comment) == att.tag:
                 own.append(e)
                 continue
-            owner = state.owner_name(self.sd, owner_tag, comment.partition(" ")[2] or owner_tag)
             if e.is_claim:
                 addr, proto, port = e.key.split(" . ")
-                where = f"{'*' if addr in ANY_ADDRESS.values() else addr}:{port}/{proto}"
-                raise CniError(
-                    CONFLICT,
-                    f"host port {where} is already mapped by attachment {owner}",
-                    "remove that mapping first (or use another host port); nothing was changed",
-                )
+                raise state.port_taken(self.sd, comment, host_ports(addr, int(port), 1, proto))
             if e.data and data != e.data:
                 raise CniError(
                     CONFLICT,
                     f"container address {e.key.split(' . ')[-1]} is already forwarded for "
-                    f"attachment {owner} with different settings ({data})",
+                    f"attachment {state.owner_name(self.sd, comment)} with different settings "
+                    f"({data})",
                     "two live attachments cannot share a container address; nothing was changed",
                 )
         return own
@@ -547,8 +542,7 @@ class NftBackend:
 
     # -- CHECK -------------------------------------------------------------------------
 
-    def check(self, plan: Plan) -> None:
-        att = plan.attachment
+    def check(self, plan: Plan) -> list[str]:
         wanted = plan_elements(plan)
         nft = Nft()
         problems = [
@@ -564,34 +558,20 @@ class NftBackend:
                 )
                 continue
             comment, data = live[e]
-            if tag_of(comment) != att.tag:
+            if tag_of(comment) != plan.attachment.tag:
                 problems.append(f"{e.set} {e.key} belongs to {comment.partition(' ')[2]}")
             elif e.data and data != e.data:
                 problems.append(f"{e.set} {e.key} maps to {data}, expected {e.data}")
-        if problems:
-            raise CniError(
-                CHECK_FAILED,
-                f"port mappings of {att} differ from the config",
-                "; ".join(problems[:10])
-                + (f" (+{len(problems) - 10} more)" if len(problems) > 10 else ""),
-            )
+        return problems
 
     # -- GC / STATUS ---------------------------------------------------------------------
 
     def gc(self, network: str, valid: set[AttachmentId], before: Stamps) -> UdpTargets:
-        network_tag = Attachment(network, "", "").network_tag
         with self.sd.lock(LOCK):
-            valid_tags, stale = state.sweep(self.sd, network, valid, before)
+            stale = state.sweep(self.sd, NAME, network, valid, before)
             nft = Nft()
             listing = [(e, tag_of(c)) for e, c in nft.listing() if c]
-            doomed = sorted(
-                e
-                for e, tag in listing
-                if tag.startswith(network_tag + "-") and tag not in valid_tags
-            )
-            for recorded in stale:
-                if recorded.backend == NAME:
-                    self.sd.forget(recorded)
+            doomed = sorted(e for e, tag in listing if stale(tag))
             survivors = len(listing) - len(doomed)
             if survivors == 0 and not self.sd.names() and (doomed or nft.table_exists()):
                 nft.must([f"delete table {T}"], "delete the empty portmap table")
