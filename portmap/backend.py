@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
         def delete(self, att: Attachment, plan: Plan | None) -> UdpTargets: ...
 
-        def check(self, plan: Plan) -> None: ...
+        def check(self, plan: Plan) -> list[str]: ...  # what differs from the plan
 
         def gc(self, network: str, valid: set[AttachmentId], before: Stamps) -> UdpTargets: ...
 
@@ -37,7 +37,7 @@ def make(name: str, sd: AttachmentStore, log: Log) -> Backend:
         return XtablesBackend(sd, log)
     from portmap.nft import NftBackend
 
-    return NftBackend(sd, log)
+    return NftBackend(sd)
 
 
 def resolve(options: Options) -> str:

@@ -70,6 +70,11 @@ class Options(Value):
         return self.conditions_v4 if family == 4 else self.conditions_v6
 
 
+def network_tag(network: str) -> str:
+    """The first part of the tags of `network`'s attachments (GC looks for it)."""
+    return sha256_hex(network.encode())[:8]
+
+
 class Attachment(Value):
     """(network, container id, ifname): who owns a set of mappings."""
 
@@ -78,14 +83,10 @@ class Attachment(Value):
     ifname: str
 
     @property
-    def network_tag(self) -> str:
-        return sha256_hex(self.network.encode())[:8]
-
-    @property
     def tag(self) -> str:
         """A short stable id: network hash - attachment hash (names chains, state files)."""
         raw = "\0".join((self.network, self.container_id, self.ifname)).encode()
-        return f"{self.network_tag}-{sha256_hex(raw)[:16]}"
+        return f"{network_tag(self.network)}-{sha256_hex(raw)[:16]}"
 
     def __str__(self) -> str:
         return f"{self.network}/{self.container_id}/{self.ifname}"

@@ -14,6 +14,7 @@ from common.errors import KERNEL_FAILURE, STATUS_UNAVAILABLE, CniError
 from common.log import Log
 from common.rtnl import NETLINK_NETFILTER, NetlinkSocket, nla
 from common.state import AttachmentStore
+from portmap.netlink import nfgenmsg
 
 TYPE_CHECKING = False  # avoids importing typing at run time
 if TYPE_CHECKING:
@@ -31,8 +32,6 @@ VARIANTS = ("nft", "legacy")  # portmap.xtables.VARIANTS, without importing it
 GO_COMMENT = 'dnat name: "{}" id: "'  # + container id + '"', on each jump in TOP
 GO_TABLE = "cni_hostport"
 GO_NFT_CHAINS = ("hostports", "hostip_hostports", "masquerading")
-NFT_FAMILY = {4: "ip", 6: "ip6"}
-NFT_LOCK = "nftables.lock"  # portmap.nft.LOCK, without importing that module
 
 
 def go_chain_name(network: str, container_id: str) -> str:
@@ -43,7 +42,6 @@ def go_chain_name(network: str, container_id: str) -> str:
 # ---------------------------------------------------------------------------- cheap looks
 
 
-_NFPROTO = {4: 2, 6: 10}
 _NFT_SUBSYS = 10 << 8
 _MSG_GETTABLE, _MSG_GETCHAIN = 1, 4
 
@@ -60,7 +58,7 @@ def nft_has(family: int, table: str, chain: str | None = None) -> bool:
     else:
         msg_type = _MSG_GETCHAIN
         attrs = _name(1, table) + _name(3, chain)  # NFTA_CHAIN_TABLE, NFTA_CHAIN_NAME
-    body = struct.pack("=BBH", _NFPROTO[family], 0, 0) + attrs
+    body = nfgenmsg(family) + attrs
     try:
         with NetlinkSocket(NETLINK_NETFILTER) as nl:
             for _ in nl.request(_NFT_SUBSYS | msg_type, 0, body):
@@ -138,7 +136,9 @@ def release(network: str, container_id: str, sd: AttachmentStore, log: Log) -> U
     go_nft = [f for f in (6, 4) if nft_has(f, GO_TABLE)]
     targets: UdpTargets = []
     if go_nft:
-        with sd.lock(NFT_LOCK):  # our nftables backend's: the same writers
+        from portmap import nft
+
+        with sd.lock(nft.LOCK):  # our nftables backend's: the same writers
             targets += _release_go_nft(container_id, go_nft, log)
     if iptables:
         from portmap import xtables
@@ -151,10 +151,10 @@ def release(network: str, container_id: str, sd: AttachmentStore, log: Log) -> U
 
 
 def _release_go_nft(container_id: str, families: list[int], log: Log) -> UdpTargets:
-    from portmap.nft import Nft
+    from portmap.nft import Nft, first_error
 
     nft = Nft()
-    nft.set_json_output(True)
+    nft.context.set_json_output(True)
     found = _go_nft_rules(nft, container_id, families)
     if not found:
         return []
@@ -166,7 +166,7 @@ def _release_go_nft(container_id: str, families: list[int], log: Log) -> UdpTarg
         raise CniError(
             KERNEL_FAILURE,
             f"cannot remove the Go portmap's rules of container {container_id}",
-            err.strip()[:500],
+            first_error(err),
         )
     log.info(f"removed the Go portmap's nftables rules of {container_id} ({len(lines)} changes)")
     return targets
@@ -176,11 +176,12 @@ def _go_nft_rules(nft: Nft, container_id: str, families: list[int]) -> list[Rule
     """(family, "ip cni_hostport <chain>", rule as JSON) of the rules commented with the
     container id."""
     from common.jsontext import loads
+    from portmap.nft import IPX
 
     found = []
     for family in families:
         for name in GO_NFT_CHAINS:
-            chain = f"{NFT_FAMILY[family]} {GO_TABLE} {name}"
+            chain = f"{IPX[family]} {GO_TABLE} {name}"
             rc, out, _ = nft.run(f"list chain {chain}")
             items = loads(out).get("nftables", []) if rc == 0 else []  # else: no such chain
             found += [

@@ -39,8 +39,10 @@ def route_oif_v4(ip: str) -> str | None:
     return best[0] if best else None
 
 
-def _ct_header(family: int) -> bytes:
-    return struct.pack("=BBH", family, 0, 0)  # nfgenmsg: family, version 0, res_id
+def nfgenmsg(family: int) -> bytes:
+    """The nfnetlink header of a request about IPv4 or IPv6 (4/6): AF_INET or AF_INET6
+    (NFPROTO_IPV4/IPV6 are the same numbers), version 0, res_id 0."""
+    return struct.pack("=BBH", _socket.AF_INET6 if family == 6 else _socket.AF_INET, 0, 0)
 
 
 def _udp_destination(payload: bytes) -> tuple[bytes, bytes, int, bytes] | None:
@@ -76,7 +78,7 @@ def flush_udp_conntrack(family: int, targets: Iterable[tuple[str | None, int]]) 
     get = (NFNL_SUBSYS_CTNETLINK << 8) | IPCTNL_MSG_CT_GET
     delete = (NFNL_SUBSYS_CTNETLINK << 8) | IPCTNL_MSG_CT_DELETE
     with rtnl.NetlinkSocket(rtnl.NETLINK_NETFILTER) as nl:
-        for reply in nl.request(get, rtnl.NLM_F_DUMP, _ct_header(af)):
+        for reply in nl.request(get, rtnl.NLM_F_DUMP, nfgenmsg(family)):
             entry = _udp_destination(reply[rtnl.NLMSG_HDRLEN :])
             if entry is None:
                 continue
@@ -89,7 +91,7 @@ def flush_udp_conntrack(family: int, targets: Iterable[tuple[str | None, int]]) 
             if zone:
                 body += rtnl.nla(CTA_ZONE, zone)
             try:
-                for _ in nl.request(delete, 0, _ct_header(af) + body):
+                for _ in nl.request(delete, 0, nfgenmsg(family) + body):
                     pass
                 deleted += 1
             except rtnl.NetlinkError:

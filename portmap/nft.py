@@ -8,13 +8,12 @@ from __future__ import annotations
 from itertools import pairwise
 
 from common.digest import sha256_hex
-from common.errors import CHECK_FAILED, CONFLICT, KERNEL_FAILURE, STATUS_UNAVAILABLE, CniError
-from common.log import Log
+from common.errors import CONFLICT, KERNEL_FAILURE, STATUS_UNAVAILABLE, CniError
 from common.state import AttachmentStore
 from common.values import OrderedValue, Value
 from portmap import libnftables, state
-from portmap.config import PROTOCOL_NAMES, Attachment
-from portmap.plan import ANY, MASQ_ALL, MASQ_NONE, MASQ_SUBNET, FamilyPlan, Plan, UdpTargets
+from portmap.config import ANY_ADDRESS, PROTOCOL_NAMES, Attachment, host_ports
+from portmap.plan import MASQ_ALL, MASQ_NONE, MASQ_SUBNET, FamilyPlan, Plan, UdpTargets
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -135,7 +134,7 @@ def skeleton_text() -> list[str]:
 def prefix_mask(family: int, prefix: int) -> str:
     import ipaddress
 
-    return ipaddress.ip_network(f"{ANY[family]}/{prefix}").netmask.compressed
+    return ipaddress.ip_network(f"{ANY_ADDRESS[family]}/{prefix}").netmask.compressed
 
 
 def masq_chain(family: int, prefix: int) -> str:
@@ -183,7 +182,8 @@ def family_elements(fp: FamilyPlan) -> list[Element]:
     for fw in fp.forwards:
         for hp, cp in fw.ports():
             target = f"{fp.container_ip} . {cp}"
-            out.append(Element(f"claims{f}", f"{fw.host_ip or ANY[f]} . {fw.protocol} . {hp}"))
+            claim = f"{fw.host_ip or ANY_ADDRESS[f]} . {fw.protocol} . {hp}"
+            out.append(Element(f"claims{f}", claim))
             if fw.host_ip:
                 out.append(Element(lane.hostip_map, f"{fw.host_ip} . {fw.protocol} . {hp}", target))
             else:
@@ -250,7 +250,7 @@ def udp_targets(elements: Iterable[Element]) -> UdpTargets:
         if proto != "udp":
             continue
         family = int(e.set[-1])
-        out.append((family, None if addr == ANY[family] else addr, int(port)))
+        out.append((family, None if addr == ANY_ADDRESS[family] else addr, int(port)))
     return out
 
 
@@ -304,9 +304,6 @@ class Nft:
         except OSError as e:
             raise CniError(STATUS_UNAVAILABLE, "libnftables cannot be loaded", str(e)) from None
 
-    def set_json_output(self, on: bool) -> None:
-        self.context.set_json_output(on)
-
     def run(self, text: str) -> tuple[int, str, str]:
         """(return code, output, error text) of one nft command batch."""
         return self.context.run(text)
@@ -314,7 +311,7 @@ class Nft:
     def must(self, lines: list[str], what: str) -> None:
         rc, _, err = self.run("\n".join(lines))
         if rc != 0:
-            raise CniError(KERNEL_FAILURE, f"nftables refused to {what}", _first_error(err))
+            raise CniError(KERNEL_FAILURE, f"nftables refused to {what}", first_error(err))
 
     def get(self, elements: list[Element]) -> dict[Element, tuple[str, str]]:
         """The live (comment, data) of those of `elements` that exist."""
@@ -345,11 +342,12 @@ class Nft:
         if rc != 0:
             if "No such file or directory" in err:
                 return []
-            raise CniError(KERNEL_FAILURE, f"cannot list nft table {T}", _first_error(err))
+            raise CniError(KERNEL_FAILURE, f"cannot list nft table {T}", first_error(err))
         return [(e, comment) for e, comment in parse_elements(out) if is_plain(e)]
 
 
-def _first_error(err: str) -> str:
+def first_error(err: str) -> str:
+    """The first two lines of nft's complaint, for an error's details."""
     lines = [line for line in err.strip().splitlines() if line.strip()]
     return " | ".join(lines[:2])[:500]
 
@@ -384,9 +382,8 @@ def _state_elements(recorded: state.Recorded | None) -> list[Element] | None:
 class NftBackend:
     name = NAME
 
-    def __init__(self, sd: AttachmentStore, log: Log) -> None:
+    def __init__(self, sd: AttachmentStore) -> None:
         self.sd = sd
-        self.log = log
 
     # -- ADD ---------------------------------------------------------------------------
 
@@ -434,12 +431,13 @@ class NftBackend:
             else:
                 self.sd.forget(att)
             raise conflict or CniError(
-                KERNEL_FAILURE, "nftables refused the port mappings", _first_error(err)
+                KERNEL_FAILURE, "nftables refused the port mappings", first_error(err)
             )
 
     def _record(self, att: Attachment, elements: Iterable[Element], committed: bool = True) -> None:
         objects = [[name, key] for name, key in sorted({(e.set, e.key) for e in elements})]
-        self.sd.save(att, state.Recorded(att, NAME, objects, committed))
+        record = state.Recorded(att.network, att.container_id, att.ifname, NAME, objects, committed)
+        self.sd.save(att, record)
 
     def _missing_setup(self, nft: Nft, plan: Plan) -> list[str]:
         lanes = plan_lanes(plan)
@@ -472,24 +470,18 @@ class NftBackend:
             if e not in live:
                 continue
             comment, data = live[e]
-            owner_tag = tag_of(comment)
-            if owner_tag == att.tag:
+            if tag_of(comment) == att.tag:
                 own.append(e)
                 continue
-            owner = state.owner_name(self.sd, owner_tag, comment.partition(" ")[2] or owner_tag)
             if e.is_claim:
                 addr, proto, port = e.key.split(" . ")
-                where = f"{'*' if addr in ANY.values() else addr}:{port}/{proto}"
-                raise CniError(
-                    CONFLICT,
-                    f"host port {where} is already mapped by attachment {owner}",
-                    "remove that mapping first (or use another host port); nothing was changed",
-                )
+                raise state.port_taken(self.sd, comment, host_ports(addr, int(port), 1, proto))
             if e.data and data != e.data:
                 raise CniError(
                     CONFLICT,
                     f"container address {e.key.split(' . ')[-1]} is already forwarded for "
-                    f"attachment {owner} with different settings ({data})",
+                    f"attachment {state.owner_name(self.sd, comment)} with different settings "
+                    f"({data})",
                     "two live attachments cannot share a container address; nothing was changed",
                 )
         return own
@@ -520,7 +512,7 @@ class NftBackend:
             if rc != 0 and nft.table_exists():
                 raise CniError(
                     KERNEL_FAILURE, f"nftables refused to delete the port mappings of {att}",
-                    _first_error(err),
+                    first_error(err),
                 )  # fmt: skip
             self.sd.forget(att)
             # What the state knew as ours was so until a moment ago, even when it vanished
@@ -550,8 +542,7 @@ class NftBackend:
 
     # -- CHECK -------------------------------------------------------------------------
 
-    def check(self, plan: Plan) -> None:
-        att = plan.attachment
+    def check(self, plan: Plan) -> list[str]:
         wanted = plan_elements(plan)
         nft = Nft()
         problems = [
@@ -567,34 +558,20 @@ class NftBackend:
                 )
                 continue
             comment, data = live[e]
-            if tag_of(comment) != att.tag:
+            if tag_of(comment) != plan.attachment.tag:
                 problems.append(f"{e.set} {e.key} belongs to {comment.partition(' ')[2]}")
             elif e.data and data != e.data:
                 problems.append(f"{e.set} {e.key} maps to {data}, expected {e.data}")
-        if problems:
-            raise CniError(
-                CHECK_FAILED,
-                f"port mappings of {att} differ from the config",
-                "; ".join(problems[:10])
-                + (f" (+{len(problems) - 10} more)" if len(problems) > 10 else ""),
-            )
+        return problems
 
     # -- GC / STATUS ---------------------------------------------------------------------
 
     def gc(self, network: str, valid: set[AttachmentId], before: Stamps) -> UdpTargets:
-        network_tag = Attachment(network, "", "").network_tag
         with self.sd.lock(LOCK):
-            valid_tags, stale = state.sweep(self.sd, network, valid, before)
+            stale = state.sweep(self.sd, NAME, network, valid, before)
             nft = Nft()
             listing = [(e, tag_of(c)) for e, c in nft.listing() if c]
-            doomed = sorted(
-                e
-                for e, tag in listing
-                if tag.startswith(network_tag + "-") and tag not in valid_tags
-            )
-            for recorded in stale:
-                if recorded.backend == NAME:
-                    self.sd.forget(recorded)
+            doomed = sorted(e for e, tag in listing if stale(tag))
             survivors = len(listing) - len(doomed)
             if survivors == 0 and not self.sd.names() and (doomed or nft.table_exists()):
                 nft.must([f"delete table {T}"], "delete the empty portmap table")
@@ -605,4 +582,4 @@ class NftBackend:
     def status(self) -> None:
         rc, _, err = Nft().run("list tables")
         if rc != 0:
-            raise CniError(STATUS_UNAVAILABLE, "nftables is not usable here", _first_error(err))
+            raise CniError(STATUS_UNAVAILABLE, "nftables is not usable here", first_error(err))

@@ -20,7 +20,6 @@ from portmap.config import (
     looks_like_iptables,
 )
 
-ANY = ANY_ADDRESS
 MASQ_NONE = "none"
 MASQ_SUBNET = "subnet"  # container subnet (hairpin, neighbours) and, for IPv4, localhost
 MASQ_ALL = "all"
@@ -44,7 +43,9 @@ class Forward(Value):
         return [(self.host_port + i, self.container_port + i) for i in range(self.count)]
 
     def describe(self, family: int) -> str:
-        return host_ports(self.host_ip or ANY[family], self.host_port, self.count, self.protocol)
+        return host_ports(
+            self.host_ip or ANY_ADDRESS[family], self.host_port, self.count, self.protocol
+        )
 
 
 class FamilyPlan(Value):

@@ -9,12 +9,14 @@ still covers whatever reached the kernel.
 
 from __future__ import annotations
 
+from common.errors import CONFLICT, CniError
 from common.state import AttachmentStore, plugin_dir
 from common.values import Value
-from portmap.config import Attachment
+from portmap.config import Attachment, network_tag
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
     from common.gc import AttachmentId
@@ -36,15 +38,7 @@ class Recorded(Value):
     ifname: str
     backend: str
     objects: list[Any]
-    committed: bool
-
-    def __init__(
-        self, att: Attachment, backend: str, objects: list[Any], committed: bool = True
-    ) -> None:
-        self.network, self.container_id, self.ifname = att.network, att.container_id, att.ifname
-        self.backend = backend
-        self.objects = objects
-        self.committed = committed
+    committed: bool = True
 
     @staticmethod
     def file_name(network: str, container_id: str, ifname: str) -> str:
@@ -72,26 +66,49 @@ class Recorded(Value):
 
         objects = raw.get("objects")
         return cls(
-            Attachment(text("network"), text("containerID"), text("ifname")),
+            text("network"),
+            text("containerID"),
+            text("ifname"),
             text("backend"),
             objects if isinstance(objects, list) else [],
             raw.get("committed") is True,
         )
 
 
-def owner_name(store: AttachmentStore, tag: str, fallback: str) -> str:
-    """'network/container/ifname' of the attachment with this tag, as well as we know it."""
+def owner_name(store: AttachmentStore, comment: str) -> str:
+    """'network/container/ifname' of the attachment whose kernel objects carry `comment`
+    (Attachment.comment: its tag, then a readable name), as well as we know it."""
+    tag, _, readable = comment.partition(" ")
     entry = store.read(f"{tag}.json")
     if entry is not None and entry.network and entry.container_id and entry.ifname:
         return f"{entry.network}/{entry.container_id}/{entry.ifname}"
-    return fallback
+    return readable or tag
+
+
+def port_taken(store: AttachmentStore, comment: str, where: str) -> CniError:
+    """The conflict of an ADD whose host port `where` (config.host_ports) the attachment
+    with `comment` maps already."""
+    return CniError(
+        CONFLICT,
+        f"host port {where} is already mapped by attachment {owner_name(store, comment)}",
+        "remove that mapping first (or use another host port); nothing was changed",
+    )
 
 
 def sweep(
-    store: AttachmentStore, network: str, valid: set[AttachmentId], before: Stamps
-) -> tuple[set[str], list[Recorded]]:
-    """For a backend's GC, holding its lock: the tags whose objects stay (valid, or whose ADD
-    was in flight, see AttachmentStore.sweep) and the stale entries."""
+    store: AttachmentStore,
+    backend: str,
+    network: str,
+    valid: set[AttachmentId],
+    before: Stamps,
+) -> Callable[[str], bool]:
+    """The start of a backend's GC, holding its lock: forgets `backend`'s stale entries of
+    `network` and returns whether an owner tag found in the kernel is stale (of `network`,
+    neither valid nor of an ADD in flight, see AttachmentStore.sweep)."""
     stale, in_flight = store.sweep(network, valid, before)
-    keep = [*valid, *in_flight]
-    return {Attachment(network, a.container_id, a.ifname).tag for a in keep}, stale
+    for recorded in stale:
+        if recorded.backend == backend:
+            store.forget(recorded)
+    keep = {Attachment(network, a.container_id, a.ifname).tag for a in [*valid, *in_flight]}
+    prefix = network_tag(network) + "-"
+    return lambda tag: tag.startswith(prefix) and tag not in keep

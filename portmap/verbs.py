@@ -151,7 +151,14 @@ def check(request: Request) -> None:
     plan = make_plan(config, attachment(request), prev, backend.name)
     if plan.empty:
         return
-    backend.check(plan)
+    problems = backend.check(plan)
+    if problems:
+        more = f" (+{len(problems) - 10} more)" if len(problems) > 10 else ""
+        raise CniError(
+            CHECK_FAILED,
+            f"port mappings of {plan.attachment} differ from the config",
+            "; ".join(problems[:10]) + more,
+        )
     for ip, path in _route_localnet_path(plan):
         try:
             on = read_sysctl(path).strip() == "1"

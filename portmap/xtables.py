@@ -9,8 +9,6 @@ import os
 
 from common.digest import sha512_hex
 from common.errors import (
-    CHECK_FAILED,
-    CONFLICT,
     KERNEL_FAILURE,
     STATUS_UNAVAILABLE,
     TRY_AGAIN_LATER,
@@ -430,12 +428,8 @@ def conflicts(table: NatTable, fp: FamilyPlan, att: Attachment, sd: AttachmentSt
                 and first <= last
                 and fw.host_port <= last_taken
             ):
-                owner = state.owner_name(sd, tag, j.comment.split(" ", 2)[-1])
-                raise CniError(
-                    CONFLICT,
-                    f"host port {fw.describe(fp.family)} is already mapped by attachment {owner}",
-                    "remove that mapping first (or use another host port); nothing was changed",
-                )
+                theirs = j.comment.removeprefix(COMMENT_PREFIX)  # Attachment.comment
+                raise state.port_taken(sd, theirs, fw.describe(fp.family))
 
 
 def installation(table: NatTable, fp: FamilyPlan, plan: Plan) -> list[str]:
@@ -520,10 +514,9 @@ class XtablesBackend:
         with self.sd.lock(LOCK):
             variant = self._variant()
             previous = self._recorded(att) or []
+            owner = (att.network, att.container_id, att.ifname, NAME)
             objects = [[fp.family, name, variant] for fp in plan.families]
-            self.sd.save(
-                att, state.Recorded(att, NAME, objects + [[f, name, v] for f, v in previous])
-            )
+            self.sd.save(att, state.Recorded(*owner, objects + [[f, name, v] for f, v in previous]))
             for family, old in previous:  # a repeated ADD after the host changed variant
                 if old != variant:
                     delete_chain(old, family, name)
@@ -543,7 +536,7 @@ class XtablesBackend:
                     delete_chain(variant, family, name)
                 self.sd.forget(att)
                 raise
-            self.sd.save(att, state.Recorded(att, NAME, objects))
+            self.sd.save(att, state.Recorded(*owner, objects))
 
     def _add_families(self, variant: str, plan: Plan, done: list[int]) -> None:
         """Read every family first: a conflict or a bad option in any of them fails the
@@ -577,7 +570,7 @@ class XtablesBackend:
             self.sd.forget(att)
         return targets
 
-    def check(self, plan: Plan) -> None:
+    def check(self, plan: Plan) -> list[str]:
         recorded = dict(self._recorded(plan.attachment) or [])
         name = chain_name(plan.attachment)
         mark_chain = plan.external_mark_chain or SETMARK
@@ -603,35 +596,22 @@ class XtablesBackend:
                     f"IPv{fp.family}: {TOP} has {found} jumps to {name}, "
                     f"expected {len(fp.forwards)}"
                 )
-        if problems:
-            raise CniError(
-                CHECK_FAILED,
-                f"port mappings of {plan.attachment} differ from the config",
-                "; ".join(problems[:8]),
-            )
+        return problems
 
     def gc(self, network: str, valid: set[AttachmentId], before: Stamps) -> UdpTargets:
         """Both variants: an attachment may have been added before the host switched."""
         targets: UdpTargets = []
-        network_tag = Attachment(network, "", "").network_tag + "-"
         with self.sd.lock(LOCK):
-            valid_tags, stale = state.sweep(self.sd, network, valid, before)
-
-            def doomed(jump: Jump) -> bool:
-                return jump.owner.startswith(network_tag) and jump.owner not in valid_tags
-
+            stale = state.sweep(self.sd, NAME, network, valid, before)
             for variant in VARIANTS:
                 for family in (4, 6):
                     try:
                         table = NatTable(save(variant, family))
                     except CniError:
                         continue  # that variant is not installed: nothing of ours there
-                    lines, udp = sweep(table, family, doomed)
+                    lines, udp = sweep(table, family, lambda j: stale(j.owner))
                     targets += udp
                     commit(variant, family, lines, f"delete stale IPv{family} port mappings")
-            for recorded in stale:
-                if recorded.backend == NAME:
-                    self.sd.forget(recorded)
         return targets
 
     def status(self) -> None:

@@ -132,7 +132,7 @@ def test_attachment_tag_is_stable_and_names_the_network() -> None:
     a = cfg.Attachment("testNetName", "ctr", "eth0")
     assert a.tag == cfg.Attachment("testNetName", "ctr", "eth0").tag
     assert a.tag != cfg.Attachment("testNetName", "ctr", "eth1").tag
-    assert a.tag.startswith(a.network_tag + "-") and len(a.tag) == 25
+    assert a.tag.startswith(cfg.network_tag("testNetName") + "-") and len(a.tag) == 25
     assert a.comment.startswith(a.tag + " testNetName/ctr/eth0")
 
 
