@@ -590,6 +590,16 @@ class XtablesBackend:
             problems += [
                 f"IPv{fp.family} {name} has unexpected: {show(x)}" for x in live if x not in wanted
             ]
+            # The jumps carry the conditions, which iptables-save rewrites (match order,
+            # address prefixes): let iptables itself compare them (-C, a read; legacy
+            # restore commits nothing when nothing changed). It stops at the first missing.
+            comment = COMMENT_PREFIX + plan.attachment.comment
+            probes = [line("-C", TOP, jump(fp, fw, name, comment)) for fw in fp.forwards]
+            complaint = restore(variant, fp.family, probes)
+            if complaint:
+                problems.append(
+                    f"IPv{fp.family}: {TOP} lacks a jump the config asks for: {complaint}"
+                )
             found = sum(1 for j in table.jumps() if j.target == name)
             if found != len(fp.forwards):
                 problems.append(

@@ -311,6 +311,14 @@ class FakeXtables:
         lines = text.splitlines()
         assert lines[0] == "*nat" and lines[-1] == "COMMIT", text
         where = f"{variant} ipv{family}"
+        if all(x.startswith("-C ") for x in lines[1:-1]):  # checks only: a read
+            table = self.table(variant, family)
+            bad = [
+                n
+                for n, x in enumerate(lines[1:-1], 2)
+                if not self._apply(table, shlex.split(x), family)
+            ]
+            return (1, f"iptables-restore: line {bad[0]} failed\n") if bad else (0, "")
         table = copy.deepcopy(self.table(variant, family))
         for number, line in enumerate(lines[1:-1], start=2):
             if not self._apply(table, shlex.split(line), family):
@@ -345,11 +353,12 @@ class FakeXtables:
                 return False
             rule = " ".join(["-A", chain, *map(_saved_word, _canonical(rest, family))])
             rules.append(rule) if verb == "-A" else rules.insert(at, rule)
-        elif verb == "-D":
+        elif verb in ("-D", "-C"):
             rule = " ".join(["-A", chain, *map(_saved_word, _canonical(rest, family))])
             if rule not in rules:
                 return False
-            rules.remove(rule)
+            if verb == "-D":
+                rules.remove(rule)
         else:
             raise AssertionError(f"the fake does not know: {words}")
         return True
