@@ -31,7 +31,6 @@ from bandwidth.model import (
 from bandwidth.tbf import U32_MAX, Psched
 from common import rtnl
 from common.errors import KERNEL_FAILURE, CniError
-from common.netns import entered
 from common.rtnl import NetlinkError, RtnlSocket
 
 TYPE_CHECKING = False
@@ -196,25 +195,14 @@ def _filter(msg: Any) -> Filter:
     )
 
 
-# ---------------------------------------------------------------------------- the socket
-
-
-def open_socket(netns: str) -> RtnlSocket:
-    """The rtnetlink socket of `netns` ("" = the one we run in), which every request of
-    bandwidth goes through: the kernel seam, where unit tests put a fake kernel
-    (tests/harness/fake_kernel.py)."""
-    if not netns:
-        return RtnlSocket()
-    with entered(netns):  # a socket keeps the netns it was opened in: enter, open, return
-        return RtnlSocket()
-
-
 class Rtnl:
     """An rtnetlink socket in one network namespace ("" = the one we run in); closed when
     the `with` block that opened it ends."""
 
     def __init__(self, netns: str = "") -> None:
-        self.nl = open_socket(netns)
+        # The kernel seam: unit tests put a fake kernel's socket in `tc.RtnlSocket`
+        # (tests/harness/fake_kernel.py).
+        self.nl = RtnlSocket(netns=netns)
         self.m = self.nl.modules
         self.tcmsg = tcmsg_class(self.m)
         # ifindex of the devices this socket's actions have resolved: the ifb just made is
@@ -246,13 +234,8 @@ class Rtnl:
         """The device named `name`, or else the one with ifindex `index`."""
         if not name and (index or 0) <= 0:  # e.g. a mirred action whose target was deleted
             return None
-        msg = self.m.ifinfmsg()
-        msg["index"] = index
-        if name:
-            msg["attrs"] = [["IFLA_IFNAME", name]]
-        # EINVAL: a name the kernel cannot even look up (too long) names no device either
-        found = self._request(msg, rtnl.RTM_GETLINK, tolerate=(errno.ENODEV, errno.EINVAL))
-        return _link(found[0]) if found else None
+        found = self.nl.link(name, index or 0)
+        return _link(found) if found is not None else None
 
     def links(self) -> list[Link]:
         return [_link(m) for m in self._request(self.m.ifinfmsg(), rtnl.RTM_GETLINK, dump=True)]

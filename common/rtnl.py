@@ -1,19 +1,14 @@
 """The netlink transport (`NetlinkSocket`, any protocol, builtin modules only), and
-pyroute2's rtnetlink message classes on it (`RtnlSocket`), without pyroute2's IPRoute.
-
-Every plugin call is a fresh process: importing IPRoute costs ~70 ms (asyncio,
-multiprocessing, an in-memory netlink mock, ...), `import pyroute2` ~105 ms, and its
-asyncio round trips ~0.7 ms per request. What the plugins need is the protocol: the
-message classes `ifinfmsg` (links: tuning, bandwidth's ifb) and `tcmsg` with the tc
-modules for tbf and u32 + mirred (bandwidth only), ~28 ms, sent here on a plain blocking
-socket: one request, its replies, its ACK (bench/results/bandwidth_latency.md). portmap's
-conntrack and nftables messages and bandwidth's STATUS probe go on the same socket as
-plain bytes.
+pyroute2's rtnetlink message classes on it (`RtnlSocket`), without pyroute2's IPRoute:
+every plugin call is a fresh process, and IPRoute's imports and asyncio round trips cost
+more than the call itself (docs/bandwidth.md#measured). portmap's conntrack and nftables
+messages and bandwidth's STATUS probe go on the same socket as plain bytes.
 """
 
 from __future__ import annotations
 
 import _socket  # not `socket`: that imports enum and selectors (~3 ms)
+import errno
 import os
 import struct
 import sys
@@ -132,8 +127,7 @@ class NetlinkError(OSError):
 
 class NetlinkSocket:
     """A blocking netlink socket of one protocol (NETLINK_ROUTE, NETLINK_NETFILTER, ...),
-    bound to the netns current when it is made. `_socket`, not `socket`: that imports
-    enum and selectors (~3 ms)."""
+    bound to the netns current when it is made."""
 
     def __init__(self, protocol: int) -> None:
         self.sock = _socket.socket(
@@ -205,11 +199,19 @@ def _raise_for(chunk: bytes) -> None:
 
 
 class RtnlSocket:
-    """pyroute2's rtnetlink messages on a NetlinkSocket, in the netns current when made."""
+    """pyroute2's rtnetlink messages on a NetlinkSocket in the netns at path `netns`
+    ("": the current one). A socket keeps the netns it was opened in: this enters the
+    netns only to open it (CniError INVALID_NETNS when it cannot, as common.netns says)."""
 
-    def __init__(self, tc: bool = True) -> None:
+    def __init__(self, tc: bool = True, netns: str = "") -> None:
         self.modules = pyroute2(tc)
-        self.nl = NetlinkSocket(NETLINK_ROUTE)
+        if not netns:
+            self.nl = NetlinkSocket(NETLINK_ROUTE)
+            return
+        from common.netns import entered  # at call time: tests wrap it (crash points)
+
+        with entered(netns):
+            self.nl = NetlinkSocket(NETLINK_ROUTE)
 
     def close(self) -> None:
         self.nl.close()
@@ -224,3 +226,19 @@ class RtnlSocket:
             reply.decode()
             replies.append(reply)
         return replies
+
+    def link(self, name: str = "", index: int = 0) -> Any:
+        """The ifinfmsg of the device named `name`, or else of the one with ifindex
+        `index`; None when there is none (ENODEV; EINVAL: a name the kernel cannot even
+        look up, too long, names no device either)."""
+        msg = self.modules.ifinfmsg()
+        msg["index"] = index
+        if name:
+            msg["attrs"] = [["IFLA_IFNAME", name]]
+        try:
+            found = self.request(msg, RTM_GETLINK)
+        except NetlinkError as e:
+            if e.errno in (errno.ENODEV, errno.EINVAL):
+                return None
+            raise
+        return found[0] if found else None

@@ -1,6 +1,6 @@
 """A kernel in memory, for running bandwidth's and tuning's verbs without root.
 
-The plugins reach the kernel through two seams: `bandwidth.tc.open_socket(netns)` (the
+The plugins reach the kernel through two seams: `bandwidth.tc.RtnlSocket(netns=...)` (the
 rtnetlink socket every tc and link request goes through) and `tuning.apply.ContainerNetns`
 (entering the container namespace, its rtnetlink socket, its sysctl files and its IPv6
 address list). `FakeKernel.install` puts this module's versions there. The plugins'
@@ -188,17 +188,13 @@ class FakeKernel:
     # -- the seams
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        monkeypatch.setattr(tc, "open_socket", self.open_socket)
+        monkeypatch.setattr(tc, "RtnlSocket", self.open_socket)
         kernel = self
 
         class FakeContainerNetns(apply.ContainerNetns):
             def __enter__(self) -> FakeContainerNetns:
                 self.fake = kernel._entered(self.path)
                 return self
-
-            def __exit__(self, *exc: Any) -> None:
-                if self._rtnl is not None:
-                    self._rtnl.close()
 
             def open_rtnl(self) -> Any:
                 return FakeSocket(kernel, self.fake, tc=False)
@@ -214,7 +210,7 @@ class FakeKernel:
 
         monkeypatch.setattr(apply, "ContainerNetns", FakeContainerNetns)
 
-    def open_socket(self, netns: str) -> FakeSocket:
+    def open_socket(self, netns: str = "") -> FakeSocket:
         return FakeSocket(self, self._entered(netns) if netns else self.host)
 
     def _entered(self, path: str) -> FakeNetns:
@@ -369,8 +365,8 @@ class FakeKernel:
         yield from ()
 
 
-class FakeSocket:
-    """common.rtnl.RtnlSocket's interface, answered by a FakeKernel in one namespace."""
+class FakeSocket(rtnl.RtnlSocket):
+    """common.rtnl.RtnlSocket, answered by a FakeKernel in one namespace."""
 
     def __init__(self, kernel: FakeKernel, ns: FakeNetns, tc: bool = True) -> None:
         self.kernel, self.ns, self.modules = kernel, ns, pyroute2(tc)
