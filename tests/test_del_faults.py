@@ -292,7 +292,7 @@ def watch_portmap(monkeypatch: pytest.MonkeyPatch, faults: Faults, host: Netns) 
         return run_nft(self, text)
 
     def request(sock: NetlinkSocket, kind: int, flags: int, body: bytes) -> Any:
-        if sock.protocol == NETLINK_NETFILTER and kind >> 8 == netlink.NFNL_SUBSYS_CTNETLINK:
+        if sock.sock.proto == NETLINK_NETFILTER and kind >> 8 == netlink.NFNL_SUBSYS_CTNETLINK:
             delete = kind == ct_delete
             faults.step("ct delete" if delete else "ct dump", drop_entries if delete else refuse)
         return send(sock, kind, flags, body)
