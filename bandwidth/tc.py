@@ -31,14 +31,13 @@ from bandwidth.model import (
 from bandwidth.tbf import U32_MAX, Psched
 from common import rtnl
 from common.errors import KERNEL_FAILURE, CniError
-from common.rtnl import NetlinkError, RtnlSocket
+from common.rtnl import IFF_UP, NetlinkError, RtnlSocket
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
 PSCHED = "/proc/net/psched"
-IFF_UP = 0x1
 TCA_EGRESS_REDIR = 1
 MATCH_ALL = ["0x0/0x0+0"]  # u32: 0 under mask 0 at offset 0, i.e. every packet
 CREATE = rtnl.NLM_F_CREATE | rtnl.NLM_F_EXCL

@@ -18,8 +18,6 @@ if TYPE_CHECKING:
     from common.rtnl import RtnlSocket
 
 PROC_SYS = "/proc/sys"
-IFF_PROMISC = 0x100
-IFF_ALLMULTI = 0x200
 # Errors that mean "this value or key is wrong", as opposed to "the kernel failed".
 _CONFIG_ERRNOS = frozenset({errno.EINVAL, errno.ERANGE, errno.EADDRNOTAVAIL, errno.EACCES})
 # What restoring meets when the interface went away meanwhile (with its netns, or deleted):
@@ -160,7 +158,7 @@ class ContainerNetns:
 
     def link(self, ifname: str) -> LinkState | None:
         """The interface's attributes, or None when there is no such interface."""
-        from common.rtnl import NetlinkError
+        from common.rtnl import IFF_ALLMULTI, IFF_PROMISC, NetlinkError
 
         try:
             msg = self._socket().link(ifname)
@@ -185,7 +183,7 @@ class ContainerNetns:
     ) -> None:
         """One RTM_NEWLINK (a "set") with every attribute to change. `gone_ok`: an
         interface that no longer exists is not an error (restoring: nothing to restore)."""
-        from common.rtnl import RTM_NEWLINK, NetlinkError
+        from common.rtnl import IFF_ALLMULTI, IFF_PROMISC, RTM_NEWLINK, NetlinkError
 
         wanted = (
             ("IFLA_ADDRESS", "address", want.mac),

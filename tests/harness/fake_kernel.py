@@ -32,10 +32,9 @@ from bandwidth import tc
 from bandwidth.model import INGRESS_HANDLE, TC_H_INGRESS, TC_H_ROOT
 from common import rtnl
 from common.errors import INVALID_NETNS, CniError
-from common.rtnl import NetlinkError, pyroute2
+from common.rtnl import IFF_ALLMULTI, IFF_PROMISC, IFF_UP, NetlinkError, pyroute2
 from tuning import apply
 
-IFF_UP, IFF_PROMISC, IFF_ALLMULTI = 0x1, 0x100, 0x200
 FLAG_WORDS = ((IFF_UP, "up"), (IFF_PROMISC, "promisc"), (IFF_ALLMULTI, "allmulti"))
 RTM_NAMES = {v: k for k, v in vars(rtnl).items() if k.startswith("RTM_")}
 PROC_SYS = "/proc/sys/"
