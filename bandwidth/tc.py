@@ -214,14 +214,6 @@ class Rtnl:
     def __exit__(self, *_: object) -> None:
         self.nl.close()
 
-    def _request(self, *args: Any, tolerate: tuple[int, ...] = (), **kwargs: Any) -> list[Any]:
-        try:
-            return self.nl.request(*args, **kwargs)
-        except NetlinkError as e:
-            if e.errno in tolerate:
-                return []
-            raise
-
     def _tcmsg(self, index: int, parent: int = 0, handle: int = 0, info: int = 0) -> Any:
         msg = self.tcmsg()
         msg["index"], msg["parent"], msg["handle"], msg["info"] = index, parent, handle, info
@@ -237,13 +229,14 @@ class Rtnl:
         return _link(found) if found is not None else None
 
     def links(self) -> list[Link]:
-        return [_link(m) for m in self._request(self.m.ifinfmsg(), rtnl.RTM_GETLINK, dump=True)]
+        found = self.nl.request(self.m.ifinfmsg(), rtnl.RTM_GETLINK, rtnl.NLM_F_DUMP)
+        return [_link(m) for m in found]
 
     def _get_qdisc(self, index: int, parent: int) -> Qdisc | None:
         # A GET for one parent rather than a dump: a dump lists every qdisc of every
         # device, hundreds on a busy node. The kernel answers a GET only with ECHO.
         msg = self._tcmsg(index, parent)
-        found = self._request(msg, rtnl.RTM_GETQDISC, rtnl.NLM_F_ECHO, tolerate=GONE)
+        found = self.nl.request(msg, rtnl.RTM_GETQDISC, rtnl.NLM_F_ECHO, tolerate=GONE)
         return _qdisc(found[0]) if found else None
 
     def device_state(self, link: Link) -> DeviceState:
@@ -254,7 +247,7 @@ class Rtnl:
         if state.ingress is None:
             return state
         msg = self._tcmsg(link.index, state.filter_parent)
-        filters = self._request(msg, rtnl.RTM_GETTFILTER, dump=True, tolerate=GONE)
+        filters = self.nl.request(msg, rtnl.RTM_GETTFILTER, rtnl.NLM_F_DUMP, tolerate=GONE)
         return DeviceState(link, qdiscs, tuple(_filter(m) for m in filters))
 
     def observe(self, device: Link | None, ifb: str) -> Observed:
@@ -292,7 +285,7 @@ class Rtnl:
         msg = self.m.ifinfmsg()
         msg["index"], msg["flags"], msg["change"] = index, IFF_UP, IFF_UP  # and bring it up
         msg["attrs"] = [[name, value] for name, value in attrs.items()]
-        self._request(msg, rtnl.RTM_NEWLINK)
+        self.nl.request(msg, rtnl.RTM_NEWLINK)
 
     def _apply_one(self, action: plan.Action, device: Link | None) -> None:
         if isinstance(action, plan.CreateIfb):
@@ -303,7 +296,7 @@ class Rtnl:
                 ["IFLA_MTU", action.mtu],
                 ["IFLA_LINKINFO", {"attrs": [["IFLA_INFO_KIND", "ifb"]]}],
             ]
-            self._request(msg, rtnl.RTM_NEWLINK, CREATE)
+            self.nl.request(msg, rtnl.RTM_NEWLINK, CREATE)
             # The kernel ignores IFLA_IFALIAS when it creates a link: set it afterwards.
             self._set_link(self._index(action.name), IFLA_IFALIAS=action.alias)
         elif isinstance(action, plan.UpdateIfb):
@@ -315,28 +308,28 @@ class Rtnl:
             if link is not None:
                 msg = self.m.ifinfmsg()
                 msg["index"] = link.index
-                self._request(msg, rtnl.RTM_DELLINK, tolerate=GONE)
+                self.nl.request(msg, rtnl.RTM_DELLINK, tolerate=GONE)
         elif isinstance(action, plan.SetTbf):
             target = self._index(action.ifb) if action.ifb else _need(device).index
             tbf = action.tbf
             options = tbf_options(tbf.rate, tbf.buffer, tbf.limit)
             msg = self._tcmsg(target, TC_H_ROOT, TBF_HANDLE)
             msg["attrs"] = [["TCA_KIND", "tbf"], ["TCA_OPTIONS", options]]
-            self._request(msg, rtnl.RTM_NEWQDISC, rtnl.NLM_F_CREATE | rtnl.NLM_F_REPLACE)
+            self.nl.request(msg, rtnl.RTM_NEWQDISC, rtnl.NLM_F_CREATE | rtnl.NLM_F_REPLACE)
         elif isinstance(action, plan.DeleteRootQdisc):
             msg = self._tcmsg(_need(device).index, TC_H_ROOT)
-            self._request(msg, rtnl.RTM_DELQDISC, tolerate=GONE)
+            self.nl.request(msg, rtnl.RTM_DELQDISC, tolerate=GONE)
         elif isinstance(action, plan.AddIngressQdisc):
             msg = self._tcmsg(_need(device).index, TC_H_INGRESS, INGRESS_HANDLE)
             msg["attrs"] = [["TCA_KIND", "ingress"]]
-            self._request(msg, rtnl.RTM_NEWQDISC, CREATE, tolerate=(errno.EEXIST,))
+            self.nl.request(msg, rtnl.RTM_NEWQDISC, CREATE, tolerate=(errno.EEXIST,))
         elif isinstance(action, plan.DeleteIngressQdisc):
             msg = self._tcmsg(_need(device).index, TC_H_INGRESS, INGRESS_HANDLE)
-            self._request(msg, rtnl.RTM_DELQDISC, tolerate=GONE)
+            self.nl.request(msg, rtnl.RTM_DELQDISC, tolerate=GONE)
         elif isinstance(action, plan.DeleteFilters):
             info = (action.prio << 16) | htons(action.protocol)
             msg = self._tcmsg(_need(device).index, action.parent, info=info)
-            self._request(msg, rtnl.RTM_DELTFILTER, tolerate=GONE)
+            self.nl.request(msg, rtnl.RTM_DELTFILTER, tolerate=GONE)
         elif isinstance(action, plan.AddRedirect):
             redirect = {"kind": "mirred", "direction": "egress", "action": "redirect",
                         "ifindex": self._index(action.ifb)}  # fmt: skip
@@ -346,7 +339,7 @@ class Rtnl:
             info = (FILTER_PRIO << 16) | htons(ETH_P_ALL)
             msg = self._tcmsg(_need(device).index, action.parent, info=info)
             msg["attrs"] = [["TCA_KIND", "u32"], ["TCA_OPTIONS", options]]
-            self._request(msg, rtnl.RTM_NEWTFILTER, CREATE)
+            self.nl.request(msg, rtnl.RTM_NEWTFILTER, CREATE)
 
 
 def _need(device: Link | None) -> Link:

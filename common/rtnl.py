@@ -217,12 +217,23 @@ class RtnlSocket:
     def close(self) -> None:
         self.nl.close()
 
-    def request(self, msg: Any, msg_type: int, flags: int = 0, *, dump: bool = False) -> list[Any]:
-        """Send `msg` and return the decoded replies; raises NetlinkError."""
+    def request(
+        self, msg: Any, msg_type: int, flags: int = 0, *, tolerate: tuple[int, ...] = ()
+    ) -> list[Any]:
+        """Send `msg` and return the decoded replies. Raises NetlinkError, but for an errno
+        in `tolerate` (what the request names is not there): then there are no replies."""
+        try:
+            return self.exchange(msg, msg_type, flags)
+        except NetlinkError as e:
+            if e.errno in tolerate:
+                return []
+            raise
+
+    def exchange(self, msg: Any, msg_type: int, flags: int) -> list[Any]:
+        """`msg` to the kernel, its replies decoded (where the unit tests' fake answers)."""
         msg.encode()
         replies = []
-        for chunk in self.nl.request(msg_type, flags | (NLM_F_DUMP if dump else 0),
-                                     msg.data[NLMSG_HDRLEN:]):  # fmt: skip
+        for chunk in self.nl.request(msg_type, flags, msg.data[NLMSG_HDRLEN:]):
             reply = type(msg)(chunk)
             reply.decode()
             replies.append(reply)
@@ -236,10 +247,5 @@ class RtnlSocket:
         msg["index"] = index
         if name:
             msg["attrs"] = [["IFLA_IFNAME", name]]
-        try:
-            found = self.request(msg, RTM_GETLINK)
-        except NetlinkError as e:
-            if e.errno in (errno.ENODEV, errno.EINVAL):
-                return None
-            raise
+        found = self.request(msg, RTM_GETLINK, tolerate=(errno.ENODEV, errno.EINVAL))
         return found[0] if found else None

@@ -206,11 +206,9 @@ class ContainerNetns:
         msg["index"], msg["flags"], msg["change"] = index, flags, change
         msg["attrs"] = attrs
         try:
-            rtnl.request(msg, RTM_NEWLINK)
+            rtnl.request(msg, RTM_NEWLINK, tolerate=(errno.ENODEV,) if gone_ok else ())
         except NetlinkError as e:
             code = e.errno or 0
-            if gone_ok and code == errno.ENODEV:
-                return
             what = f"the kernel refused to set {', '.join(sorted(names))} on {ifname}"
             if code in _CONFIG_ERRNOS:
                 hint = os.strerror(code)

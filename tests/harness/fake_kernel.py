@@ -373,8 +373,9 @@ class FakeSocket(rtnl.RtnlSocket):
     def close(self) -> None:
         pass
 
-    def request(self, msg: Any, msg_type: int, flags: int = 0, *, dump: bool = False) -> list[Any]:
-        flags |= rtnl.NLM_F_REQUEST | (rtnl.NLM_F_DUMP if dump else rtnl.NLM_F_ACK)
+    def exchange(self, msg: Any, msg_type: int, flags: int) -> list[Any]:
+        dump = flags & rtnl.NLM_F_DUMP == rtnl.NLM_F_DUMP
+        flags |= rtnl.NLM_F_REQUEST | (0 if dump else rtnl.NLM_F_ACK)
         msg["header"]["type"], msg["header"]["flags"] = msg_type, flags
         return self.kernel.request(self.ns, _encoded(msg), msg_type, flags)
 
