@@ -205,13 +205,12 @@ class RtnlSocket:
     netns only to open it (CniError INVALID_NETNS when it cannot, as common.netns says)."""
 
     def __init__(self, tc: bool = True, netns: str = "") -> None:
-        self.modules = pyroute2(tc)
-        if not netns:
-            self.nl = NetlinkSocket(NETLINK_ROUTE)
-            return
-        from common.netns import entered  # at call time: tests wrap it (crash points)
+        from contextlib import nullcontext
 
-        with entered(netns):
+        from common.netns import entered  # looked up at each call: crash points wrap it
+
+        with entered(netns) if netns else nullcontext():  # a bad netns fails before pyroute2
+            self.modules = pyroute2(tc)
             self.nl = NetlinkSocket(NETLINK_ROUTE)
 
     def close(self) -> None:
