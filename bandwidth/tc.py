@@ -31,15 +31,13 @@ from bandwidth.model import (
 from bandwidth.tbf import U32_MAX, Psched
 from common import rtnl
 from common.errors import KERNEL_FAILURE, CniError
-from common.netns import entered
-from common.rtnl import NetlinkError, RtnlSocket
+from common.rtnl import IFF_UP, NetlinkError, RtnlSocket
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
 PSCHED = "/proc/net/psched"
-IFF_UP = 0x1
 TCA_EGRESS_REDIR = 1
 MATCH_ALL = ["0x0/0x0+0"]  # u32: 0 under mask 0 at offset 0, i.e. every packet
 CREATE = rtnl.NLM_F_CREATE | rtnl.NLM_F_EXCL
@@ -196,25 +194,14 @@ def _filter(msg: Any) -> Filter:
     )
 
 
-# ---------------------------------------------------------------------------- the socket
-
-
-def open_socket(netns: str) -> RtnlSocket:
-    """The rtnetlink socket of `netns` ("" = the one we run in), which every request of
-    bandwidth goes through: the kernel seam, where unit tests put a fake kernel
-    (tests/harness/fake_kernel.py)."""
-    if not netns:
-        return RtnlSocket()
-    with entered(netns):  # a socket keeps the netns it was opened in: enter, open, return
-        return RtnlSocket()
-
-
 class Rtnl:
     """An rtnetlink socket in one network namespace ("" = the one we run in); closed when
     the `with` block that opened it ends."""
 
     def __init__(self, netns: str = "") -> None:
-        self.nl = open_socket(netns)
+        # The kernel seam: unit tests put a fake kernel's socket in `tc.RtnlSocket`
+        # (tests/harness/fake_kernel.py).
+        self.nl = RtnlSocket(netns=netns)
         self.m = self.nl.modules
         self.tcmsg = tcmsg_class(self.m)
         # ifindex of the devices this socket's actions have resolved: the ifb just made is
@@ -227,14 +214,6 @@ class Rtnl:
     def __exit__(self, *_: object) -> None:
         self.nl.close()
 
-    def _request(self, *args: Any, tolerate: tuple[int, ...] = (), **kwargs: Any) -> list[Any]:
-        try:
-            return self.nl.request(*args, **kwargs)
-        except NetlinkError as e:
-            if e.errno in tolerate:
-                return []
-            raise
-
     def _tcmsg(self, index: int, parent: int = 0, handle: int = 0, info: int = 0) -> Any:
         msg = self.tcmsg()
         msg["index"], msg["parent"], msg["handle"], msg["info"] = index, parent, handle, info
@@ -246,22 +225,18 @@ class Rtnl:
         """The device named `name`, or else the one with ifindex `index`."""
         if not name and (index or 0) <= 0:  # e.g. a mirred action whose target was deleted
             return None
-        msg = self.m.ifinfmsg()
-        msg["index"] = index
-        if name:
-            msg["attrs"] = [["IFLA_IFNAME", name]]
-        # EINVAL: a name the kernel cannot even look up (too long) names no device either
-        found = self._request(msg, rtnl.RTM_GETLINK, tolerate=(errno.ENODEV, errno.EINVAL))
-        return _link(found[0]) if found else None
+        found = self.nl.link(name, index or 0)
+        return _link(found) if found is not None else None
 
     def links(self) -> list[Link]:
-        return [_link(m) for m in self._request(self.m.ifinfmsg(), rtnl.RTM_GETLINK, dump=True)]
+        found = self.nl.request(self.m.ifinfmsg(), rtnl.RTM_GETLINK, rtnl.NLM_F_DUMP)
+        return [_link(m) for m in found]
 
     def _get_qdisc(self, index: int, parent: int) -> Qdisc | None:
         # A GET for one parent rather than a dump: a dump lists every qdisc of every
         # device, hundreds on a busy node. The kernel answers a GET only with ECHO.
         msg = self._tcmsg(index, parent)
-        found = self._request(msg, rtnl.RTM_GETQDISC, rtnl.NLM_F_ECHO, tolerate=GONE)
+        found = self.nl.request(msg, rtnl.RTM_GETQDISC, rtnl.NLM_F_ECHO, tolerate=GONE)
         return _qdisc(found[0]) if found else None
 
     def device_state(self, link: Link) -> DeviceState:
@@ -272,7 +247,7 @@ class Rtnl:
         if state.ingress is None:
             return state
         msg = self._tcmsg(link.index, state.filter_parent)
-        filters = self._request(msg, rtnl.RTM_GETTFILTER, dump=True, tolerate=GONE)
+        filters = self.nl.request(msg, rtnl.RTM_GETTFILTER, rtnl.NLM_F_DUMP, tolerate=GONE)
         return DeviceState(link, qdiscs, tuple(_filter(m) for m in filters))
 
     def observe(self, device: Link | None, ifb: str) -> Observed:
@@ -310,7 +285,7 @@ class Rtnl:
         msg = self.m.ifinfmsg()
         msg["index"], msg["flags"], msg["change"] = index, IFF_UP, IFF_UP  # and bring it up
         msg["attrs"] = [[name, value] for name, value in attrs.items()]
-        self._request(msg, rtnl.RTM_NEWLINK)
+        self.nl.request(msg, rtnl.RTM_NEWLINK)
 
     def _apply_one(self, action: plan.Action, device: Link | None) -> None:
         if isinstance(action, plan.CreateIfb):
@@ -321,7 +296,7 @@ class Rtnl:
                 ["IFLA_MTU", action.mtu],
                 ["IFLA_LINKINFO", {"attrs": [["IFLA_INFO_KIND", "ifb"]]}],
             ]
-            self._request(msg, rtnl.RTM_NEWLINK, CREATE)
+            self.nl.request(msg, rtnl.RTM_NEWLINK, CREATE)
             # The kernel ignores IFLA_IFALIAS when it creates a link: set it afterwards.
             self._set_link(self._index(action.name), IFLA_IFALIAS=action.alias)
         elif isinstance(action, plan.UpdateIfb):
@@ -333,28 +308,28 @@ class Rtnl:
             if link is not None:
                 msg = self.m.ifinfmsg()
                 msg["index"] = link.index
-                self._request(msg, rtnl.RTM_DELLINK, tolerate=GONE)
+                self.nl.request(msg, rtnl.RTM_DELLINK, tolerate=GONE)
         elif isinstance(action, plan.SetTbf):
             target = self._index(action.ifb) if action.ifb else _need(device).index
             tbf = action.tbf
             options = tbf_options(tbf.rate, tbf.buffer, tbf.limit)
             msg = self._tcmsg(target, TC_H_ROOT, TBF_HANDLE)
             msg["attrs"] = [["TCA_KIND", "tbf"], ["TCA_OPTIONS", options]]
-            self._request(msg, rtnl.RTM_NEWQDISC, rtnl.NLM_F_CREATE | rtnl.NLM_F_REPLACE)
+            self.nl.request(msg, rtnl.RTM_NEWQDISC, rtnl.NLM_F_CREATE | rtnl.NLM_F_REPLACE)
         elif isinstance(action, plan.DeleteRootQdisc):
             msg = self._tcmsg(_need(device).index, TC_H_ROOT)
-            self._request(msg, rtnl.RTM_DELQDISC, tolerate=GONE)
+            self.nl.request(msg, rtnl.RTM_DELQDISC, tolerate=GONE)
         elif isinstance(action, plan.AddIngressQdisc):
             msg = self._tcmsg(_need(device).index, TC_H_INGRESS, INGRESS_HANDLE)
             msg["attrs"] = [["TCA_KIND", "ingress"]]
-            self._request(msg, rtnl.RTM_NEWQDISC, CREATE, tolerate=(errno.EEXIST,))
+            self.nl.request(msg, rtnl.RTM_NEWQDISC, CREATE, tolerate=(errno.EEXIST,))
         elif isinstance(action, plan.DeleteIngressQdisc):
             msg = self._tcmsg(_need(device).index, TC_H_INGRESS, INGRESS_HANDLE)
-            self._request(msg, rtnl.RTM_DELQDISC, tolerate=GONE)
+            self.nl.request(msg, rtnl.RTM_DELQDISC, tolerate=GONE)
         elif isinstance(action, plan.DeleteFilters):
             info = (action.prio << 16) | htons(action.protocol)
             msg = self._tcmsg(_need(device).index, action.parent, info=info)
-            self._request(msg, rtnl.RTM_DELTFILTER, tolerate=GONE)
+            self.nl.request(msg, rtnl.RTM_DELTFILTER, tolerate=GONE)
         elif isinstance(action, plan.AddRedirect):
             redirect = {"kind": "mirred", "direction": "egress", "action": "redirect",
                         "ifindex": self._index(action.ifb)}  # fmt: skip
@@ -364,7 +339,7 @@ class Rtnl:
             info = (FILTER_PRIO << 16) | htons(ETH_P_ALL)
             msg = self._tcmsg(_need(device).index, action.parent, info=info)
             msg["attrs"] = [["TCA_KIND", "u32"], ["TCA_OPTIONS", options]]
-            self._request(msg, rtnl.RTM_NEWTFILTER, CREATE)
+            self.nl.request(msg, rtnl.RTM_NEWTFILTER, CREATE)
 
 
 def _need(device: Link | None) -> Link:

@@ -1,19 +1,14 @@
 """The netlink transport (`NetlinkSocket`, any protocol, builtin modules only), and
-pyroute2's rtnetlink message classes on it (`RtnlSocket`), without pyroute2's IPRoute.
-
-Every plugin call is a fresh process: importing IPRoute costs ~70 ms (asyncio,
-multiprocessing, an in-memory netlink mock, ...), `import pyroute2` ~105 ms, and its
-asyncio round trips ~0.7 ms per request. What the plugins need is the protocol: the
-message classes `ifinfmsg` (links: tuning, bandwidth's ifb) and `tcmsg` with the tc
-modules for tbf and u32 + mirred (bandwidth only), ~28 ms, sent here on a plain blocking
-socket: one request, its replies, its ACK (bench/results/bandwidth_latency.md). portmap's
-conntrack and nftables messages and bandwidth's STATUS probe go on the same socket as
-plain bytes.
+pyroute2's rtnetlink message classes on it (`RtnlSocket`), without pyroute2's IPRoute:
+every plugin call is a fresh process, and IPRoute's imports and asyncio round trips cost
+more than the call itself (docs/bandwidth.md#measured). portmap's conntrack and nftables
+messages and bandwidth's STATUS probe go on the same socket as plain bytes.
 """
 
 from __future__ import annotations
 
 import _socket  # not `socket`: that imports enum and selectors (~3 ms)
+import errno
 import os
 import struct
 import sys
@@ -49,6 +44,7 @@ NLMSG_DONE = 0x3
 RTM_NEWLINK, RTM_DELLINK, RTM_GETLINK = 16, 17, 18
 RTM_NEWQDISC, RTM_DELQDISC, RTM_GETQDISC = 36, 37, 38
 RTM_NEWTFILTER, RTM_DELTFILTER, RTM_GETTFILTER = 44, 45, 46
+IFF_UP, IFF_PROMISC, IFF_ALLMULTI = 0x1, 0x100, 0x200  # a link's flags (linux/if.h)
 _HEADER = struct.Struct("=IHHII")  # nlmsghdr: length, type, flags, seq, pid
 NLMSG_HDRLEN = _HEADER.size
 _NLA = struct.Struct("=HH")  # nlattr: length, type
@@ -132,8 +128,7 @@ class NetlinkError(OSError):
 
 class NetlinkSocket:
     """A blocking netlink socket of one protocol (NETLINK_ROUTE, NETLINK_NETFILTER, ...),
-    bound to the netns current when it is made. `_socket`, not `socket`: that imports
-    enum and selectors (~3 ms)."""
+    bound to the netns current when it is made."""
 
     def __init__(self, protocol: int) -> None:
         self.sock = _socket.socket(
@@ -205,22 +200,51 @@ def _raise_for(chunk: bytes) -> None:
 
 
 class RtnlSocket:
-    """pyroute2's rtnetlink messages on a NetlinkSocket, in the netns current when made."""
+    """pyroute2's rtnetlink messages on a NetlinkSocket in the netns at path `netns`
+    ("": the current one). A socket keeps the netns it was opened in: this enters the
+    netns only to open it (CniError INVALID_NETNS when it cannot, as common.netns says)."""
 
-    def __init__(self, tc: bool = True) -> None:
-        self.modules = pyroute2(tc)
-        self.nl = NetlinkSocket(NETLINK_ROUTE)
+    def __init__(self, tc: bool = True, netns: str = "") -> None:
+        from contextlib import nullcontext
+
+        from common.netns import entered  # looked up at each call: crash points wrap it
+
+        with entered(netns) if netns else nullcontext():  # a bad netns fails before pyroute2
+            self.modules = pyroute2(tc)
+            self.nl = NetlinkSocket(NETLINK_ROUTE)
 
     def close(self) -> None:
         self.nl.close()
 
-    def request(self, msg: Any, msg_type: int, flags: int = 0, *, dump: bool = False) -> list[Any]:
-        """Send `msg` and return the decoded replies; raises NetlinkError."""
+    def request(
+        self, msg: Any, msg_type: int, flags: int = 0, *, tolerate: tuple[int, ...] = ()
+    ) -> list[Any]:
+        """Send `msg` and return the decoded replies. Raises NetlinkError, but for an errno
+        in `tolerate` (what the request names is not there): then there are no replies."""
+        try:
+            return self.exchange(msg, msg_type, flags)
+        except NetlinkError as e:
+            if e.errno in tolerate:
+                return []
+            raise
+
+    def exchange(self, msg: Any, msg_type: int, flags: int) -> list[Any]:
+        """`msg` to the kernel, its replies decoded (where the unit tests' fake answers)."""
         msg.encode()
         replies = []
-        for chunk in self.nl.request(msg_type, flags | (NLM_F_DUMP if dump else 0),
-                                     msg.data[NLMSG_HDRLEN:]):  # fmt: skip
+        for chunk in self.nl.request(msg_type, flags, msg.data[NLMSG_HDRLEN:]):
             reply = type(msg)(chunk)
             reply.decode()
             replies.append(reply)
         return replies
+
+    def link(self, name: str = "", index: int = 0) -> Any:
+        """The ifinfmsg of the device named `name`, or else of the one with ifindex
+        `index`; None when there is none (ENODEV; EINVAL: a name the kernel cannot even
+        look up, too long, names no device either)."""
+        msg = self.modules.ifinfmsg()
+        msg["index"] = index
+        if name:
+            msg["attrs"] = [["IFLA_IFNAME", name]]
+        found = self.request(msg, RTM_GETLINK, tolerate=(errno.ENODEV, errno.EINVAL))
+        return found[0] if found else None

@@ -306,7 +306,7 @@ def added_then_checking(
 # (plugin, where CHECK stops, the error it ends with once resumed; None: it passes)
 CHECK_STOPS = [
     # Before it opens the container netns: it cannot any more.
-    ("bandwidth", "bandwidth.tc:entered@1", 8),
+    ("bandwidth", "common.netns:entered@1", 8),  # common.rtnl, opening its socket
     ("tuning", "tuning.apply:entered@1", 8),
     # It has found what to compare and is about to read it: it holds the namespace (a
     # socket in it, or its thread inside), and removing the name does not destroy it.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+from contextlib import ExitStack
 
 from common.errors import KERNEL_FAILURE, CniError, invalid_config
 from common.netns import entered
@@ -14,13 +15,9 @@ from tuning.plan import LinkState, Plan, SysctlWrite
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
-
     from common.rtnl import RtnlSocket
 
 PROC_SYS = "/proc/sys"
-IFF_PROMISC = 0x100
-IFF_ALLMULTI = 0x200
 # Errors that mean "this value or key is wrong", as opposed to "the kernel failed".
 _CONFIG_ERRNOS = frozenset({errno.EINVAL, errno.ERANGE, errno.EADDRNOTAVAIL, errno.EACCES})
 # What restoring meets when the interface went away meanwhile (with its netns, or deleted):
@@ -126,21 +123,15 @@ class ContainerNetns:
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self._rtnl: Any = None
-        self._inside: Any = None
+        self._rtnl: RtnlSocket | None = None
+        self._inside = ExitStack()  # left in reverse: the socket closed, then the netns
 
     def __enter__(self) -> ContainerNetns:
-        self._inside = entered(self.path)
-        self._inside.__enter__()
+        self._inside.enter_context(entered(self.path))
         return self
 
-    def __exit__(self, *exc: Any) -> None:
-        try:
-            if self._rtnl is not None:
-                self._rtnl.close()
-                self._rtnl = None
-        finally:
-            self._inside.__exit__(*exc)
+    def __exit__(self, *_: object) -> None:
+        self._inside.close()
 
     def open_rtnl(self) -> RtnlSocket:
         from common.rtnl import RtnlSocket
@@ -159,27 +150,22 @@ class ContainerNetns:
         with open("/proc/thread-self/net/if_inet6") as f:
             return f.read()
 
-    def _socket(self) -> Any:
+    def _socket(self) -> RtnlSocket:
         if self._rtnl is None:
             self._rtnl = self.open_rtnl()
+            self._inside.callback(self._rtnl.close)
         return self._rtnl
 
     def link(self, ifname: str) -> LinkState | None:
         """The interface's attributes, or None when there is no such interface."""
-        from common.rtnl import RTM_GETLINK, NetlinkError
+        from common.rtnl import IFF_ALLMULTI, IFF_PROMISC, NetlinkError
 
-        rtnl = self._socket()
-        query = rtnl.modules.ifinfmsg()
-        query["attrs"] = [["IFLA_IFNAME", ifname]]
         try:
-            replies = rtnl.request(query, RTM_GETLINK)
+            msg = self._socket().link(ifname)
         except NetlinkError as e:
-            if e.errno in (errno.ENODEV, errno.EINVAL):  # EINVAL: not even a valid name
-                return None
             raise CniError(KERNEL_FAILURE, f"cannot read interface {ifname}", str(e)) from None
-        if not replies:
+        if msg is None:
             return None
-        msg = replies[0]
         flags = int(msg["flags"])
         return LinkState(
             index=int(msg["index"]),
@@ -197,7 +183,7 @@ class ContainerNetns:
     ) -> None:
         """One RTM_NEWLINK (a "set") with every attribute to change. `gone_ok`: an
         interface that no longer exists is not an error (restoring: nothing to restore)."""
-        from common.rtnl import RTM_NEWLINK, NetlinkError
+        from common.rtnl import IFF_ALLMULTI, IFF_PROMISC, RTM_NEWLINK, NetlinkError
 
         wanted = (
             ("IFLA_ADDRESS", "address", want.mac),
@@ -220,11 +206,9 @@ class ContainerNetns:
         msg["index"], msg["flags"], msg["change"] = index, flags, change
         msg["attrs"] = attrs
         try:
-            rtnl.request(msg, RTM_NEWLINK)
+            rtnl.request(msg, RTM_NEWLINK, tolerate=(errno.ENODEV,) if gone_ok else ())
         except NetlinkError as e:
             code = e.errno or 0
-            if gone_ok and code == errno.ENODEV:
-                return
             what = f"the kernel refused to set {', '.join(sorted(names))} on {ifname}"
             if code in _CONFIG_ERRNOS:
                 hint = os.strerror(code)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 
 from common.errors import CHECK_FAILED, INVALID_NETNS, KERNEL_FAILURE, STATUS_UNAVAILABLE, CniError
+from common.netns import exists
 from common.result import Result
 from common.skel import Request
 from tuning import allowlist, apply, config
@@ -76,7 +77,7 @@ def delete(request: Request) -> None:
             store.forget(request)  # unreadable garbage: nothing we could restore
             return
         failures = []
-        if request.netns and os.path.exists(request.netns):
+        if exists(request.netns):
             try:
                 with apply.ContainerNetns(request.netns) as ns:
                     failures = apply.restore(backup, ifname, ns)

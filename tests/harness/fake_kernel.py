@@ -1,6 +1,6 @@
 """A kernel in memory, for running bandwidth's and tuning's verbs without root.
 
-The plugins reach the kernel through two seams: `bandwidth.tc.open_socket(netns)` (the
+The plugins reach the kernel through two seams: `bandwidth.tc.RtnlSocket(netns=...)` (the
 rtnetlink socket every tc and link request goes through) and `tuning.apply.ContainerNetns`
 (entering the container namespace, its rtnetlink socket, its sysctl files and its IPv6
 address list). `FakeKernel.install` puts this module's versions there. The plugins'
@@ -32,10 +32,9 @@ from bandwidth import tc
 from bandwidth.model import INGRESS_HANDLE, TC_H_INGRESS, TC_H_ROOT
 from common import rtnl
 from common.errors import INVALID_NETNS, CniError
-from common.rtnl import NetlinkError, pyroute2
+from common.rtnl import IFF_ALLMULTI, IFF_PROMISC, IFF_UP, NetlinkError, pyroute2
 from tuning import apply
 
-IFF_UP, IFF_PROMISC, IFF_ALLMULTI = 0x1, 0x100, 0x200
 FLAG_WORDS = ((IFF_UP, "up"), (IFF_PROMISC, "promisc"), (IFF_ALLMULTI, "allmulti"))
 RTM_NAMES = {v: k for k, v in vars(rtnl).items() if k.startswith("RTM_")}
 PROC_SYS = "/proc/sys/"
@@ -188,17 +187,13 @@ class FakeKernel:
     # -- the seams
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        monkeypatch.setattr(tc, "open_socket", self.open_socket)
+        monkeypatch.setattr(tc, "RtnlSocket", self.open_socket)
         kernel = self
 
         class FakeContainerNetns(apply.ContainerNetns):
             def __enter__(self) -> FakeContainerNetns:
                 self.fake = kernel._entered(self.path)
                 return self
-
-            def __exit__(self, *exc: Any) -> None:
-                if self._rtnl is not None:
-                    self._rtnl.close()
 
             def open_rtnl(self) -> Any:
                 return FakeSocket(kernel, self.fake, tc=False)
@@ -214,7 +209,7 @@ class FakeKernel:
 
         monkeypatch.setattr(apply, "ContainerNetns", FakeContainerNetns)
 
-    def open_socket(self, netns: str) -> FakeSocket:
+    def open_socket(self, netns: str = "") -> FakeSocket:
         return FakeSocket(self, self._entered(netns) if netns else self.host)
 
     def _entered(self, path: str) -> FakeNetns:
@@ -369,8 +364,8 @@ class FakeKernel:
         yield from ()
 
 
-class FakeSocket:
-    """common.rtnl.RtnlSocket's interface, answered by a FakeKernel in one namespace."""
+class FakeSocket(rtnl.RtnlSocket):
+    """common.rtnl.RtnlSocket, answered by a FakeKernel in one namespace."""
 
     def __init__(self, kernel: FakeKernel, ns: FakeNetns, tc: bool = True) -> None:
         self.kernel, self.ns, self.modules = kernel, ns, pyroute2(tc)
@@ -378,8 +373,9 @@ class FakeSocket:
     def close(self) -> None:
         pass
 
-    def request(self, msg: Any, msg_type: int, flags: int = 0, *, dump: bool = False) -> list[Any]:
-        flags |= rtnl.NLM_F_REQUEST | (rtnl.NLM_F_DUMP if dump else rtnl.NLM_F_ACK)
+    def exchange(self, msg: Any, msg_type: int, flags: int) -> list[Any]:
+        dump = flags & rtnl.NLM_F_DUMP == rtnl.NLM_F_DUMP
+        flags |= rtnl.NLM_F_REQUEST | (0 if dump else rtnl.NLM_F_ACK)
         msg["header"]["type"], msg["header"]["flags"] = msg_type, flags
         return self.kernel.request(self.ns, _encoded(msg), msg_type, flags)
 
