@@ -420,7 +420,7 @@ def _number_text(token: str, top: int, ranges: bool) -> str | None:
 # too: address and interface options, and a few match modules without side effects
 # (`-m recent --set`, `-m quota`... change state as packets go by), with plain values.
 # option -> the nft selector word it translates to (see iptables_to_nft)
-_IPT_ADDRESS_OPTIONS = {
+IPT_ADDRESS_OPTIONS = {
     **dict.fromkeys(("-s", "--source", "--src"), "saddr"),
     **dict.fromkeys(("-d", "--destination", "--dst"), "daddr"),
 }
@@ -454,7 +454,7 @@ def check_iptables_conditions(tokens: tuple[str, ...], family: int, where: str) 
         if i + 1 >= len(tokens):
             raise refuse(f"{opt!r} needs a value")
         value = tokens[i + 1]
-        if opt in _IPT_ADDRESS_OPTIONS:
+        if opt in IPT_ADDRESS_OPTIONS:
             if any(_ipt_address_text(addr, family) is None for addr in value.split(",")):
                 raise refuse(f"{value!r} after {opt} is not an IPv{family} address or CIDR")
         elif opt in _IPT_INTERFACE_OPTIONS:
@@ -473,7 +473,7 @@ def check_iptables_conditions(tokens: tuple[str, ...], family: int, where: str) 
         i += 2
 
 
-_IPT_TO_NFT = {**_IPT_ADDRESS_OPTIONS, "-i": "iifname", "--in-interface": "iifname"}
+_IPT_TO_NFT = {**IPT_ADDRESS_OPTIONS, "-i": "iifname", "--in-interface": "iifname"}
 
 
 def iptables_to_nft(tokens: tuple[str, ...], family: int, where: str) -> tuple[str, ...]:

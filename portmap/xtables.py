@@ -19,7 +19,7 @@ from common.log import Log
 from common.state import LOCK_TIMEOUT_ENV, AttachmentStore, lock_timeout
 from common.values import Value
 from portmap import state
-from portmap.config import Attachment
+from portmap.config import IPT_ADDRESS_OPTIONS, Attachment
 from portmap.plan import MASQ_ALL, MASQ_NONE, FamilyPlan, Forward, Plan, UdpTargets
 
 TYPE_CHECKING = False
@@ -352,6 +352,15 @@ def per_port(fp: FamilyPlan, fw: Forward, mark_chain: str) -> list[Words]:
     return out
 
 
+def _rules_per_jump(conditions: tuple[str, ...]) -> int:
+    """iptables makes one rule per combination of the -s and -d addresses of a list."""
+    n = 1
+    for i, option in enumerate(conditions[:-1]):
+        if option in IPT_ADDRESS_OPTIONS:
+            n *= conditions[i + 1].count(",") + 1
+    return n
+
+
 def jump(fp: FamilyPlan, fw: Forward, chain: str, comment: str) -> Words:
     last = fw.host_port + fw.count - 1
     ports = f"{fw.host_port}:{last}" if fw.count > 1 else str(fw.host_port)
@@ -601,7 +610,7 @@ class XtablesBackend:
                     f"IPv{fp.family}: {TOP} lacks a jump the config asks for: {complaint}"
                 )
             found = sum(1 for j in table.jumps() if j.target == name)
-            if found != len(fp.forwards):
+            if found != len(fp.forwards) * _rules_per_jump(fp.conditions):
                 problems.append(
                     f"IPv{fp.family}: {TOP} has {found} jumps to {name}, "
                     f"expected {len(fp.forwards)}"

@@ -315,6 +315,25 @@ def test_check_verifies_content_and_names_what_differs(lab: Lab, backend: str) -
     _run(lab, "DEL", conf).ok()
 
 
+def test_check_compares_the_conditions_of_the_installed_forwarding(lab: Lab, backend: str) -> None:
+    """Installed with two source prefixes (iptables expands the list into two jumps, nft
+    into one lane); CHECK passes for that config and fails for other or no conditions."""
+    rc = {"portMappings": [{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"},
+                           {"hostPort": 8443, "containerPort": 443}]}  # fmt: skip
+    if backend == "iptables":
+        mine, other = ["-s", "192.168.77.0/24,10.1.0.0/16"], ["-s", "10.0.0.0/8"]
+    else:
+        mine, other = ["ip saddr { 192.168.77.0/24, 10.1.0.0/16 }"], ["ip saddr 10.0.0.0/8"]
+    conf = _direct_conf(lab, backend, runtimeConfig=rc, conditionsV4=mine)
+    _run(lab, "ADD", conf).ok()
+    _run(lab, "CHECK", conf).ok()
+    for conditions in (other, []):
+        out = _run(lab, "CHECK", {**conf, "conditionsV4": conditions})
+        assert out.returncode != 0 and out.json["code"] == 102, conditions
+    _run(lab, "DEL", conf).ok()
+    assert "8080" not in rules_text(lab, backend)
+
+
 # ---------------------------------------------------------------------------- GC / STATUS
 
 
