@@ -86,11 +86,6 @@ class Plugin:
         )
 
 
-def verbs_module_plugin(name: str) -> Plugin:
-    """The table of the plugin `name` (kept as the plugins' one way to make it)."""
-    return Plugin(name)
-
-
 def _asked_version(data: bytes) -> object:
     """The config's cniVersion as given (None when it has none), or ... when the config
     is not a JSON object."""
@@ -219,8 +214,3 @@ def run(
 def _emit(out: IO[bytes], obj: dict[str, Any]) -> None:
     out.write(json.dumps(obj).encode() + b"\n")
     out.flush()
-
-
-def main(plugin: Plugin) -> None:
-    """Entry point for a plugin executable."""
-    sys.exit(run(plugin))
