@@ -172,7 +172,7 @@ def run(
         import os
 
         environ = os.environ
-    error_version = _best_effort_version(data)
+    error_version = ""  # the config's, once it parsed (else guessed from stdin on failure)
     log = _make_log(plugin.name, None, environ)
     try:
         from common.config import decode, parse_netconf
@@ -206,7 +206,7 @@ def run(
             failure = CniError(
                 INTERNAL, f"internal error in {plugin.name}: {type(e).__name__}", str(e)
             )
-        _emit(out, failure.to_json(error_version))
+        _emit(out, failure.to_json(error_version or _best_effort_version(data)))
         print(f"{plugin.name}: {command} failed: {failure}", file=err)
         return 1
 
