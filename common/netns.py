@@ -8,15 +8,18 @@ namespace they were created in, so a socket opened inside the block keeps workin
 from __future__ import annotations
 
 import os
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from functools import cache
 
 from common.errors import INVALID_NETNS, CniError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterator
-    from typing import Any
+    from collections.abc import Callable, Iterator
+    from contextlib import AbstractContextManager
+    from typing import Any, TypeVar
+
+    T = TypeVar("T")
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWNET = 0x40000000
@@ -70,6 +73,23 @@ def entered(path: str) -> Iterator[None]:
 
 def exists(path: str) -> bool:
     return bool(path) and os.path.exists(path)
+
+
+@contextmanager
+def entered_if_present(
+    path: str, opener: Callable[[str], AbstractContextManager[T]]
+) -> Iterator[T | None]:
+    """DEL's way into a container netns that may be gone: `opener(path)` entered for the
+    block, or None when there is no netns at `path` (any more), which DEL must tolerate."""
+    with ExitStack() as stack:
+        inside = None
+        try:
+            if exists(path):
+                inside = stack.enter_context(opener(path))
+        except CniError as e:
+            if e.code != INVALID_NETNS:  # e.g. the path exists but is no longer a netns
+                raise
+        yield inside
 
 
 def read_sysctl(file: str) -> str:
