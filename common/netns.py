@@ -71,10 +71,6 @@ def entered(path: str) -> Iterator[None]:
         os.close(origin)
 
 
-def exists(path: str) -> bool:
-    return bool(path) and os.path.exists(path)
-
-
 @contextmanager
 def entered_if_present(
     path: str, opener: Callable[[str], AbstractContextManager[T]]
@@ -84,7 +80,7 @@ def entered_if_present(
     with ExitStack() as stack:
         inside = None
         try:
-            if exists(path):
+            if path and os.path.exists(path):
                 inside = stack.enter_context(opener(path))
         except CniError as e:
             if e.code != INVALID_NETNS:  # e.g. the path exists but is no longer a netns
