@@ -6,23 +6,11 @@ container netns when its interface is not a veth. The verbs live in bandwidth.ve
 imported on first use so that VERSION (podman calls it constantly) stays cheap.
 """
 
-from __future__ import annotations
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from common.skel import Plugin
-
-
-def plugin() -> Plugin:
-    from common.skel import verbs_module_plugin
-
-    return verbs_module_plugin("bandwidth")
-
 
 def main() -> None:
     from common import entry
 
-    entry("bandwidth", plugin)
+    entry("bandwidth")
 
 
 if __name__ == "__main__":

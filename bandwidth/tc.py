@@ -356,9 +356,6 @@ def netlink_answers() -> None:
 
     with rtnl.NetlinkSocket(rtnl.NETLINK_ROUTE) as nl:
         ifinfomsg = struct.pack("=BxHiII", 0, 0, 1, 0, 0)  # family, type, index 1, flags, change
-        kinds = [
-            struct.unpack_from("=H", reply, 4)[0]
-            for reply in nl.request(rtnl.RTM_GETLINK, 0, ifinfomsg)
-        ]
+        kinds = nl.call(rtnl.RTM_GETLINK, 0, ifinfomsg)
     if kinds != [rtnl.RTM_NEWLINK]:
         raise OSError(errno.EPROTO, f"unexpected rtnetlink answer (types {kinds})")

@@ -12,13 +12,12 @@ from bandwidth.record import Record
 from common.errors import (
     CHECK_FAILED,
     INVALID_CONFIG,
-    INVALID_NETNS,
     STATUS_UNAVAILABLE,
     CniError,
     invalid_config,
 )
 from common.gc import AttachmentId, valid_attachments
-from common.netns import exists
+from common.netns import entered_if_present
 from common.result import Interface, Result
 from common.skel import Request
 
@@ -176,12 +175,15 @@ def _teardown(host: Rtnl, rec: Record | None, netns: str, ifname: str, *, ifb: s
     Where to look comes from the attachment's state file; without one (lost, or an
     attachment made by upstream's plugin), from the container interface as ADD would.
     """
+    from bandwidth import tc
 
     with ExitStack() as stack:
         mode, sock, device = HOST, host, None
         owned = rec.ownership if rec is not None else Ownership()
         netns = (rec.netns if rec is not None else "") or netns
-        ctr = _open_netns(stack, netns) if rec is None or rec.mode == CONTAINER else None
+        ctr = None
+        if rec is None or rec.mode == CONTAINER:
+            ctr = stack.enter_context(entered_if_present(netns, tc.Rtnl))
         if rec is not None:
             if rec.mode == CONTAINER:
                 if ctr is None:
@@ -198,20 +200,6 @@ def _teardown(host: Rtnl, rec: Record | None, netns: str, ifname: str, *, ifb: s
                 if peer is not None and peer.peer_index == container_if.index:
                     device = peer
         _remove(sock, mode, device, owned, ifb, alias)
-
-
-def _open_netns(stack: ExitStack, netns: str) -> Rtnl | None:
-    """A socket in the container netns, or None when it is gone (DEL must still work)."""
-    from bandwidth import tc
-
-    if not exists(netns):
-        return None
-    try:
-        return stack.enter_context(tc.Rtnl(netns))
-    except CniError as e:
-        if e.code == INVALID_NETNS:  # e.g. the path exists but is no longer a netns
-            return None
-        raise
 
 
 def delete(request: Request) -> None:

@@ -10,7 +10,6 @@ import argparse
 import contextlib
 import errno
 import gc
-import importlib
 import io
 import os
 import select
@@ -37,8 +36,8 @@ REFILL_DELAY = 0.03  # seconds between a spare taking a call and its replacement
 DEFAULT_CALL_LIMIT = 300.0  # seconds; the plugins bound their own waits far below this
 DEFAULT_MAX_WORKERS = 16
 _MAX_REQUEST = 256 * 1024
-# What the helper may touch of each plugin: its table of contents (<plugin>.__main__) and
-# its hooks module (preload), nothing else.
+# What the helper may touch of each plugin: its hooks module (preload), nothing else; its
+# table is common.skel.Plugin(name).
 HOOKS = {"portmap": portmap_hooks, "bandwidth": bandwidth_hooks, "tuning": tuning_hooks}
 
 
@@ -137,11 +136,12 @@ def preload() -> dict[str, Any]:
     worker in any namespace starts from a clean slate.
     """
     from common.rtnl import pyroute2
+    from common.skel import Plugin
 
     pyroute2()  # pyroute2's message classes, without its __init__ (asyncio & co.)
     tables = {}
     for name, hooks in HOOKS.items():
-        tables[name] = importlib.import_module(f"{name}.__main__").plugin()
+        tables[name] = Plugin(name)
         hooks.preload()
     from common import digest
 

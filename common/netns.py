@@ -1,4 +1,4 @@
-"""Entering a network namespace by path for a block of code.
+"""Entering a network namespace by path for a block of code; its /proc/sys files.
 
 Python 3.11 has no os.setns, so this calls setns(2) through ctypes (imported only here).
 setns(CLONE_NEWNET) switches the calling thread only; sockets (netlink, nft, inet) keep the
@@ -8,15 +8,18 @@ namespace they were created in, so a socket opened inside the block keeps workin
 from __future__ import annotations
 
 import os
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from functools import cache
 
 from common.errors import INVALID_NETNS, CniError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterator
-    from typing import Any
+    from collections.abc import Callable, Iterator
+    from contextlib import AbstractContextManager
+    from typing import Any, TypeVar
+
+    T = TypeVar("T")
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWNET = 0x40000000
@@ -68,5 +71,35 @@ def entered(path: str) -> Iterator[None]:
         os.close(origin)
 
 
-def exists(path: str) -> bool:
-    return bool(path) and os.path.exists(path)
+@contextmanager
+def entered_if_present(
+    path: str, opener: Callable[[str], AbstractContextManager[T]]
+) -> Iterator[T | None]:
+    """DEL's way into a container netns that may be gone: `opener(path)` entered for the
+    block, or None when there is no netns at `path` (any more), which DEL must tolerate."""
+    with ExitStack() as stack:
+        inside = None
+        try:
+            if path and os.path.exists(path):
+                inside = stack.enter_context(opener(path))
+        except CniError as e:
+            if e.code != INVALID_NETNS:  # e.g. the path exists but is no longer a netns
+                raise
+        yield inside
+
+
+def read_sysctl(file: str) -> str:
+    """A /proc/sys file's value without its newline. Which namespace's value it is was
+    decided by the thread that opens it."""
+    with open(file, "rb") as f:
+        return f.read().decode("utf-8", "replace").rstrip("\n")
+
+
+def write_sysctl(file: str, value: str) -> None:
+    # One write(2) for the whole value: a sysctl handler parses what a single write gives
+    # it, and a buffered file object chooses itself how many writes a value takes.
+    fd = os.open(file, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.write(fd, value.encode())
+    finally:
+        os.close(fd)

@@ -177,6 +177,15 @@ class NetlinkSocket:
                     return  # error 0 is the ACK
                 yield chunk
 
+    def call(self, msg_type: int, flags: int, body: bytes) -> list[int]:
+        """request() read to its end: the message type of each reply (none for a bare ACK)."""
+        return [_HEADER.unpack_from(reply)[1] for reply in self.request(msg_type, flags, body)]
+
+
+def nla_string(kind: int, text: str) -> bytes:
+    """A NUL-terminated string attribute (NLA_NUL_STRING / NLA_STRING)."""
+    return nla(kind, text.encode() + b"\0")
+
 
 def _raise_for(chunk: bytes) -> None:
     """Raise the error of an NLMSG_ERROR reply (error 0 is the ACK), with the kernel's

@@ -86,11 +86,6 @@ class Plugin:
         )
 
 
-def verbs_module_plugin(name: str) -> Plugin:
-    """The table of the plugin `name` (kept as the plugins' one way to make it)."""
-    return Plugin(name)
-
-
 def _asked_version(data: bytes) -> object:
     """The config's cniVersion as given (None when it has none), or ... when the config
     is not a JSON object."""
@@ -177,7 +172,7 @@ def run(
         import os
 
         environ = os.environ
-    error_version = _best_effort_version(data)
+    error_version = ""  # the config's, once it parsed (else guessed from stdin on failure)
     log = _make_log(plugin.name, None, environ)
     try:
         from common.config import decode, parse_netconf
@@ -211,7 +206,7 @@ def run(
             failure = CniError(
                 INTERNAL, f"internal error in {plugin.name}: {type(e).__name__}", str(e)
             )
-        _emit(out, failure.to_json(error_version))
+        _emit(out, failure.to_json(error_version or _best_effort_version(data)))
         print(f"{plugin.name}: {command} failed: {failure}", file=err)
         return 1
 
@@ -219,8 +214,3 @@ def run(
 def _emit(out: IO[bytes], obj: dict[str, Any]) -> None:
     out.write(json.dumps(obj).encode() + b"\n")
     out.flush()
-
-
-def main(plugin: Plugin) -> None:
-    """Entry point for a plugin executable."""
-    sys.exit(run(plugin))

@@ -9,23 +9,11 @@ verbs    portmap/verbs.py     ADD, DEL, CHECK, GC, STATUS on top of the above,
                               imported on first use (VERSION stays cheap)
 """
 
-from __future__ import annotations
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from common.skel import Plugin
-
-
-def plugin() -> Plugin:
-    from common.skel import verbs_module_plugin
-
-    return verbs_module_plugin("portmap")
-
 
 def main() -> None:
     from common import entry
 
-    entry("portmap", plugin)
+    entry("portmap")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ import struct
 from common.digest import sha512_hex
 from common.errors import KERNEL_FAILURE, STATUS_UNAVAILABLE, CniError
 from common.log import Log
-from common.rtnl import NETLINK_NETFILTER, NetlinkSocket, nla
+from common.rtnl import NETLINK_NETFILTER, NetlinkSocket, nla_string
 from common.state import AttachmentStore
 from portmap.netlink import nfgenmsg
 
@@ -46,23 +46,18 @@ _NFT_SUBSYS = 10 << 8
 _MSG_GETTABLE, _MSG_GETCHAIN = 1, 4
 
 
-def _name(kind: int, text: str) -> bytes:
-    return nla(kind, text.encode() + b"\0")
-
-
 def nft_has(family: int, table: str, chain: str | None = None) -> bool:
     """Whether nftables has this table (or this chain of it) in the current netns: one
     nfnetlink request, answered with the object or with an error."""
     if chain is None:
-        msg_type, attrs = _MSG_GETTABLE, _name(1, table)  # NFTA_TABLE_NAME
+        msg_type, attrs = _MSG_GETTABLE, nla_string(1, table)  # NFTA_TABLE_NAME
     else:
         msg_type = _MSG_GETCHAIN
-        attrs = _name(1, table) + _name(3, chain)  # NFTA_CHAIN_TABLE, NFTA_CHAIN_NAME
+        attrs = nla_string(1, table) + nla_string(3, chain)  # NFTA_CHAIN_TABLE, NFTA_CHAIN_NAME
     body = nfgenmsg(family) + attrs
     try:
         with NetlinkSocket(NETLINK_NETFILTER) as nl:
-            for _ in nl.request(_NFT_SUBSYS | msg_type, 0, body):
-                pass
+            nl.call(_NFT_SUBSYS | msg_type, 0, body)
     except OSError:  # ENOENT: not there; no nf_tables here: nothing of Go's in it either
         return False
     return True

@@ -91,8 +91,7 @@ def flush_udp_conntrack(family: int, targets: Iterable[tuple[str | None, int]]) 
             if zone:
                 body += rtnl.nla(CTA_ZONE, zone)
             try:
-                for _ in nl.request(delete, 0, nfgenmsg(family) + body):
-                    pass
+                nl.call(delete, 0, nfgenmsg(family) + body)
                 deleted += 1
             except rtnl.NetlinkError:
                 pass  # gone already (expired or deleted by someone else): fine

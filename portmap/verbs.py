@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from common.errors import CHECK_FAILED, KERNEL_FAILURE, CniError, invalid_config
 from common.log import Log
+
+# The seams for route_localnet that unit tests replace (tests/harness/fake_portmap.py).
+from common.netns import read_sysctl, write_sysctl
 from common.result import Result
 from common.skel import Request
 from portmap import backend as backends
@@ -35,17 +38,6 @@ def _route_localnet_path(plan: Plan) -> list[tuple[str, str]]:
             if oif:
                 out.append((fp.container_ip, f"/proc/sys/net/ipv4/conf/{oif}/route_localnet"))
     return out
-
-
-def read_sysctl(path: str) -> str:
-    """The seams for route_localnet that unit tests replace (tests/harness/fake_portmap.py)."""
-    with open(path) as f:
-        return f.read()
-
-
-def write_sysctl(path: str, value: str) -> None:
-    with open(path, "w") as f:
-        f.write(value)
 
 
 def enable_route_localnet(plan: Plan) -> None:

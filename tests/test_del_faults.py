@@ -95,9 +95,7 @@ def run_verb(
 ) -> tuple[int, Any]:
     """Run one verb through common.skel in this process, inside the lab's host netns, as
     the plugin's executable would: (exit code, the JSON it printed)."""
-    import importlib
-
-    from common.skel import run
+    from common.skel import Plugin, run
 
     for key, value in lab.env.items():  # the state root and lock timeout are read here
         monkeypatch.setenv(key, value)
@@ -110,7 +108,7 @@ def run_verb(
         "CNI_PATH": str(OUR_BIN),
     }
     out = io.BytesIO()
-    table = importlib.import_module(f"{plugin}.__main__").plugin()
+    table = Plugin(plugin)
     with lab.host.entered():
         code = run(
             table,

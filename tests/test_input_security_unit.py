@@ -294,11 +294,9 @@ def test_a_newline_in_cni_ifname_cannot_forge_a_log_line(tmp_path: Path) -> None
         "CNI_META_LOG_FILE": str(log),
     }
     conf = {"cniVersion": "1.0.0", "name": "net1", "type": "tuning"}
-    from tuning.__main__ import plugin
-
     out = io.BytesIO()
     rc = skel.run(
-        plugin(),
+        skel.Plugin("tuning"),
         environ=env,
         stdin=io.BytesIO(json.dumps(conf).encode()),
         stdout=out,

@@ -10,23 +10,11 @@ The verbs live in tuning.verbs, imported on first use: VERSION and the banner (p
 calls VERSION for every plugin on every command) pay nothing for them.
 """
 
-from __future__ import annotations
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from common.skel import Plugin
-
-
-def plugin() -> Plugin:
-    from common.skel import verbs_module_plugin
-
-    return verbs_module_plugin("tuning")
-
 
 def main() -> None:
     from common import entry
 
-    entry("tuning", plugin)
+    entry("tuning")
 
 
 if __name__ == "__main__":

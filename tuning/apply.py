@@ -7,7 +7,7 @@ import os
 from contextlib import ExitStack
 
 from common.errors import KERNEL_FAILURE, CniError, invalid_config
-from common.netns import entered
+from common.netns import entered, read_sysctl, write_sysctl
 from common.values import Value
 from tuning.backup import Backup, originals
 from tuning.config import LinkSettings
@@ -60,15 +60,6 @@ def _sysctl_error(what: str, e: OSError, ifname: str) -> CniError:
     if e.errno in _CONFIG_ERRNOS:
         return invalid_config(f"the kernel refused {what}: {e.strerror}")
     return CniError(KERNEL_FAILURE, f"cannot access {what}", str(e))
-
-
-def write_sysctl(file: str, value: str) -> None:
-    # One write(2) for the whole value: a sysctl handler parses what a single write gives it.
-    fd = os.open(file, os.O_WRONLY | os.O_CLOEXEC)
-    try:
-        os.write(fd, value.encode())
-    finally:
-        os.close(fd)
 
 
 def read_sysctls(plan: Plan, ns: ContainerNetns, *, missing_ok: bool) -> dict[str, str | None]:
@@ -139,8 +130,7 @@ class ContainerNetns:
         return RtnlSocket(tc=False)
 
     def read_sysctl(self, file: str) -> str:
-        with open(file, "rb") as f:
-            return f.read().decode("utf-8", "replace").rstrip("\n")
+        return read_sysctl(file)
 
     def write_sysctl(self, file: str, value: str) -> None:
         write_sysctl(file, value)

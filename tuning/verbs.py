@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import os
 
-from common.errors import CHECK_FAILED, INVALID_NETNS, KERNEL_FAILURE, STATUS_UNAVAILABLE, CniError
-from common.netns import exists
+from common.errors import CHECK_FAILED, KERNEL_FAILURE, STATUS_UNAVAILABLE, CniError
+from common.netns import entered_if_present
 from common.result import Result
 from common.skel import Request
 from tuning import allowlist, apply, config
@@ -76,14 +76,8 @@ def delete(request: Request) -> None:
         if backup is None:
             store.forget(request)  # unreadable garbage: nothing we could restore
             return
-        failures = []
-        if exists(request.netns):
-            try:
-                with apply.ContainerNetns(request.netns) as ns:
-                    failures = apply.restore(backup, ifname, ns)
-            except CniError as e:
-                if e.code != INVALID_NETNS:  # the namespace vanished meanwhile: fine
-                    raise
+        with entered_if_present(request.netns, apply.ContainerNetns) as ns:
+            failures = [] if ns is None else apply.restore(backup, ifname, ns)
         if failures:
             # Keep the file: the runtime retries DEL, and the originals are still needed.
             raise CniError(

@@ -122,9 +122,7 @@ class FakeKernel:
             container_id: str = "ctr1", ifname: str = "eth0") -> tuple[int, Any]:  # fmt: skip
         """Run one verb through common.skel in this process, as the plugin's executable
         would: (exit code, the JSON it printed or None)."""
-        import importlib
-
-        from common.skel import run
+        from common.skel import Plugin, run
 
         environ = {
             **os.environ,
@@ -135,7 +133,7 @@ class FakeKernel:
             "CNI_PATH": "/nonexistent",
         }
         out = io.BytesIO()
-        table = importlib.import_module(f"{plugin}.__main__").plugin()
+        table = Plugin(plugin)
         stdin = io.BytesIO(json.dumps(conf).encode())
         code = run(table, environ=environ, stdin=stdin, stdout=out, stderr=io.StringIO())
         text = out.getvalue().decode()
