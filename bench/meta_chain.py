@@ -194,8 +194,8 @@ def report(impls: list[Impl], rounds: int, notes: list[str]) -> str:
     helped = [i for i in ours if i.helper is not None]
     all_in: list[object] = ["CPU ms all-in (the six processes + the helper's, per round)", cpu(go)]
     for impl in ours:
-        total = cpu(impl) + impl.helper_cpu_ms / rounds
-        all_in += [total, f"{total / cpu(go):.2f}x"]
+        all_in_ms = cpu(impl) + impl.helper_cpu_ms / rounds
+        all_in += [all_in_ms, f"{all_in_ms / cpu(go):.2f}x"]
     rss_rows = [[p, *(rss(impl, p) for impl in impls)] for p in META]
     rss_cols = [f"{i.name}{' (client)' if i.helper else ''} MiB" for i in impls]
     for impl in helped:
@@ -238,7 +238,7 @@ def report(impls: list[Impl], rounds: int, notes: list[str]) -> str:
         work_rows = []
         for key in CALLS:
             plugin, verb = key.split()
-            row: list[object] = [key]
+            row = [key]
             for impl in helped:
                 stats = [x for x in impl.worker if (x["plugin"], x["command"]) == (plugin, verb)]
                 row.append(median([x["ms"] for x in stats]))

@@ -10,6 +10,7 @@ import json
 import subprocess
 import tempfile
 import uuid
+from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -172,7 +173,11 @@ class Flavour:
 
 
 def measure(
-    flavour: type[Flavour], names: list[str], sizes: list[int], reps: int, launcher: str
+    flavour: Callable[[str, int, Path, Path], Flavour],
+    names: list[str],
+    sizes: list[int],
+    reps: int,
+    launcher: str,
 ) -> list[dict[str, Any]]:
     """For each size N, every named flavour with N attachments: one warm-up round (page
     cache, a helper, Go's top-level chains), then `reps` recorded rounds, the flavours'

@@ -138,7 +138,7 @@ def check_portmap_nft(host: Netns, members: list[Member]) -> None:
     table = nft_table(host)
     sets = table["sets"]
     claims = [element_key(e) for e in sets["claims4"]]
-    want = Counter()
+    want: Counter[tuple[str, str, int]] = Counter()
     for m in members:
         want[("0.0.0.0", "tcp", ch.tcp_port(m))] += 1
         want[("0.0.0.0", "udp", ch.udp_port(m))] += 1

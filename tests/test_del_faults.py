@@ -52,7 +52,7 @@ class Faults:
         self.requests: list[str] = []
         self.fired = ""
 
-    def step(self, what: str, vanish: Callable[[], None]) -> None:
+    def step(self, what: str, vanish: Callable[[], object]) -> None:
         self.requests.append(what)
         if len(self.requests) == self.at:
             self.fired = what
@@ -181,7 +181,7 @@ def test_bandwidth_del_succeeds_whatever_vanishes_at_each_request(
 
 # ---------------------------------------------------------------------------- tuning
 
-TUNED = {"mac": MAC, "mtu": 1400, "sysctl": {PER_IF: "0", NS_WIDE: "80"}}
+TUNED: dict[str, Any] = {"mac": MAC, "mtu": 1400, "sysctl": {PER_IF: "0", NS_WIDE: "80"}}
 
 
 def watch_sysctl_writes(monkeypatch: pytest.MonkeyPatch, faults: Faults, ctr: Netns) -> None:
@@ -192,7 +192,7 @@ def watch_sysctl_writes(monkeypatch: pytest.MonkeyPatch, faults: Faults, ctr: Ne
     original = apply.write_sysctl
     per_if = "/eth0/"
 
-    def vanish(file: str) -> Callable[[], None]:
+    def vanish(file: str) -> Callable[[], object]:
         if per_if in file:
             return lambda: ctr.ip("link", "del", "eth0")
 

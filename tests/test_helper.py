@@ -20,6 +20,7 @@ import sys
 import tempfile
 import textwrap
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -36,17 +37,17 @@ pytestmark = pytest.mark.root
 CONF = {"cniVersion": "1.0.0", "name": "hnet", "type": "tuning"}
 
 
-def wait_for(predicate: object, timeout: float = 30.0) -> None:
+def wait_for(predicate: Callable[[], object], timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if predicate():  # type: ignore[operator]
+        if predicate():
             return
         time.sleep(0.05)
     raise AssertionError("condition not met in time")
 
 
 @pytest.fixture
-def helper() -> object:
+def helper() -> Iterator[Helper]:
     with running_helper() as h:
         yield h
 
@@ -227,10 +228,10 @@ def raw_request(helper: Helper, message: bytes) -> bytes:
     ids=["magic", "plugin", "code-id"],
 )
 def test_the_helper_declines_requests_it_cannot_serve_exactly(
-    helper: Helper, mangle: object
+    helper: Helper, mangle: Callable[[list[bytes]], list[bytes]]
 ) -> None:
     parts = fastpath.request_message("portmap", 0o22).split(b"\0")
-    assert raw_request(helper, b"\0".join(mangle(parts))) == b"F"  # type: ignore[operator]
+    assert raw_request(helper, b"\0".join(mangle(parts))) == b"F"
     assert helper.stats() == []
 
 
@@ -304,10 +305,12 @@ class BlockedAdd:
             plugin.stdin.close()
             plugin.stdin = None  # (so that communicate() only reads)
             found: list[int] = []
-            wait_for(
-                lambda: bool(found.append(worker_in(self.helper, self.lab.host.path) or 0)
-                             or found[-1])
-            )  # fmt: skip
+
+            def serving() -> bool:
+                found.append(worker_in(self.helper, self.lab.host.path) or 0)
+                return found[-1] != 0
+
+            wait_for(serving)
         except BaseException:
             plugin.kill()
             plugin.wait()
@@ -502,8 +505,8 @@ def test_stopping_the_helper_lets_a_call_in_flight_finish(lab: Lab) -> None:
             for pid in (helper.proc.pid, *helper.children()):
                 os.kill(pid, signal.SIGTERM)
             wait_for(lambda: not os.path.exists(helper.socket))  # it takes no new call
-            rc, out, _ = version_via(helper.socket)  # a new call does its own work
-            assert rc == 0 and json.loads(out)["cniVersion"] == "0.4.0"
+            rc, version, _ = version_via(helper.socket)  # a new call does its own work
+            assert rc == 0 and json.loads(version)["cniVersion"] == "0.4.0"
             assert helper.proc.poll() is None and pid_alive(worker)  # the call goes on
         finally:
             call.release()
@@ -560,8 +563,8 @@ def test_beyond_max_workers_callers_are_told_at_once_to_work_alone(lab: Lab) -> 
             wait_for(lambda: helper.children() == {worker})  # no spare is forked
             request = fastpath.request_message("portmap", 0o22)
             assert raw_request(helper, request) == b"F"  # no wait in the queue
-            rc, out, _ = version_via(helper.socket)
-            assert rc == 0 and json.loads(out)["cniVersion"] == "0.4.0"
+            rc, version, _ = version_via(helper.socket)
+            assert rc == 0 and json.loads(version)["cniVersion"] == "0.4.0"
             assert helper.children() == {worker}
         finally:
             call.release()

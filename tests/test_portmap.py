@@ -363,16 +363,23 @@ def test_iptables_status_reads_no_table(lab: Lab, monkeypatch: pytest.MonkeyPatc
     tools of the host's variant are there, and neither loads libnftables nor saves a
     table (at 1,000 attachments one iptables-nft-save costs ~60 ms)."""
     from common.log import Log
-    from common.state import StateDir
+    from common.state import AttachmentStore
     from portmap import xtables
+    from portmap.state import Recorded
 
     status = {"cniVersion": "1.1.0", "name": "direct", "type": "portmap", "backend": "iptables"}
     trace = {**lab.env, "PYTHONPROFILEIMPORTTIME": "1", "CNI_META_HELPER": "off"}
     run = run_plugin(PORTMAP, "STATUS", status, host=lab.host, env=trace).ok()
     assert "portmap.xtables" in run.stderr and "portmap.libnftables" not in run.stderr
     ran: list[list[str]] = []
-    monkeypatch.setattr(xtables, "run", lambda argv, data=b"": ran.append(argv) or (0, ""))
-    backend = xtables.XtablesBackend(StateDir(str(lab.state_root / "portmap")), Log(""))
+
+    def fake_run(argv: list[str], data: bytes = b"") -> tuple[int, str]:
+        ran.append(argv)
+        return 0, ""
+
+    monkeypatch.setattr(xtables, "run", fake_run)
+    store = AttachmentStore(str(lab.state_root / "portmap"), Recorded)
+    backend = xtables.XtablesBackend(store, Log(""))
     backend.status()
     assert not [argv for argv in ran if argv[0].endswith("-save")]
 

@@ -382,8 +382,13 @@ def test_gc_picks_only_the_go_jumps_of_its_network_whose_container_is_gone(
         return (variant, family, chain) == ("nft", 4, go_takeover.TOP)
 
     committed: list[list[str]] = []
+
+    def restore(variant: str, family: int, lines: list[str]) -> str:
+        committed.append(lines)
+        return ""
+
     monkeypatch.setattr(xtables, "listing", listing)
-    monkeypatch.setattr(xtables, "restore", lambda v, f, lines: committed.append(lines) or "")
+    monkeypatch.setattr(xtables, "restore", restore)
     monkeypatch.setattr(go_takeover, "_may_have", may_have)
     monkeypatch.setenv("CNI_META_STATE_ROOT", str(tmp_path))
 

@@ -40,7 +40,7 @@ HOSTIPS = [{"hostPort": 8080, "containerPort": 80, "protocol": "tcp", "hostIP": 
            {"hostPort": 5353, "containerPort": 53, "protocol": "udp"}]  # fmt: skip
 # nft: ip saddr 192.168.77.0/24 and ip6 saddr fd77::/64 (iptables argv is translated);
 # iptables: the argv as given, `!` included
-CONDITIONS = {
+CONDITIONS: dict[str, dict[str, Any]] = {
     "nftables": {"conditionsV4": ["ip saddr 192.168.77.0/24"], "conditionsV6": ["-s", "fd77::/64"]},
     "iptables": {"conditionsV4": ["-s", "192.168.77.0/24"],
                  "conditionsV6": ["!", "-s", "fd77::/64"]},
@@ -389,7 +389,7 @@ def test_check_names_conditions_that_differ_from_the_config(
     """Added with conditionsV4 -s 192.168.77.0/24; the config now says -s 10.0.0.0/8, or
     no conditions at all: the installed DNAT admits other clients than configured."""
     world = _dual(tmp_path, monkeypatch, backend)
-    one = {"mappings": [{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}],
+    one: dict[str, Any] = {"mappings": [{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}],
            "ips": ["10.88.0.5/16"]}  # fmt: skip
     assert world.run("ADD", **one, conditionsV4=["-s", "192.168.77.0/24"])[0] == 0
     for conditions in (["-s", "10.0.0.0/8"], []):

@@ -175,7 +175,11 @@ mac = st.lists(octet, min_size=6, max_size=6).map(lambda b: ":".join(f"{x:02x}" 
 
 
 def interface(v11: bool) -> st.SearchStrategy[dict[str, Any]]:
-    base = {"name": names, "mac": st.none() | mac, "sandbox": st.none() | st.just("/run/netns/x")}
+    base: dict[str, st.SearchStrategy[Any]] = {
+        "name": names,
+        "mac": st.none() | mac,
+        "sandbox": st.none() | st.just("/run/netns/x"),
+    }
     if v11:
         base["mtu"] = st.none() | st.integers(68, 9000)
     return st.fixed_dictionaries(base).map(lambda d: {k: v for k, v in d.items() if v is not None})
@@ -187,7 +191,7 @@ def modern_result(draw: st.DrawFn, v11: bool = False) -> dict[str, Any]:
     ips = []
     for _ in range(draw(st.integers(0, 3))):
         ip: dict[str, Any] = {"address": draw(cidr4 | cidr6)}
-        if ifaces and draw(st.booleans()):
+        if len(ifaces) > 0 and draw(st.booleans()):  # (`ifaces and`: mypy types draw by it)
             ip["interface"] = draw(st.integers(0, len(ifaces) - 1))
         if draw(st.booleans()):
             ip["gateway"] = draw(ipv4 if ":" not in ip["address"] else ipv6)

@@ -106,9 +106,11 @@ def refused(run: PluginRun, code: int) -> dict[str, Any]:
     return err
 
 
-PORTMAP_KEYS = {"runtimeConfig": {"portMappings": [{"hostPort": 8080, "containerPort": 80}]}}
+PORTMAP_KEYS: dict[str, Any] = {
+    "runtimeConfig": {"portMappings": [{"hostPort": 8080, "containerPort": 80}]}
+}
 BANDWIDTH_KEYS = {"egressRate": 1_000_000, "egressBurst": 100_000}
-TUNING_KEYS = {"sysctl": {"net.core.somaxconn": "1234"}, "mtu": 1400}
+TUNING_KEYS: dict[str, Any] = {"sysctl": {"net.core.somaxconn": "1234"}, "mtu": 1400}
 EFFECT: dict[str, dict[str, Any]] = {
     "portmap": PORTMAP_KEYS,
     "bandwidth": BANDWIDTH_KEYS,

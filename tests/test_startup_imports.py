@@ -243,7 +243,7 @@ def conf(lab: Lab, host_end: str, plugin: str, **keys: Any) -> dict[str, Any]:
     return {"cniVersion": "1.0.0", "name": "importnet", "type": plugin, "prevResult": prev, **keys}
 
 
-CASES = {
+CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "portmap-nftables": (
         "portmap",
         {

@@ -93,7 +93,7 @@ def failed(p: PluginRun, code: int) -> dict[str, Any]:
     return err
 
 
-EVERYTHING = {
+EVERYTHING: dict[str, Any] = {
     "mac": MAC,
     "mtu": 1400,
     "promisc": True,
@@ -145,7 +145,7 @@ def test_mac_precedence_in_the_kernel(lab: Lab) -> None:
     """conf mac < CNI_ARGS MAC < runtimeConfig.mac < args.cni.mac, read back from the link."""
     make_veth(lab)
     original = link(lab.ctr)["mac"]
-    sources = {
+    sources: dict[str, tuple[dict[str, Any], str]] = {
         "conf": ({"mac": "02:00:00:00:00:01"}, ""),
         "env": ({}, "IgnoreUnknown=1;K8S_POD_NAME=p;MAC=02:00:00:00:00:02"),
         "rc": ({"runtimeConfig": {"mac": "02:00:00:00:00:03"}}, ""),
@@ -266,7 +266,7 @@ def test_allowlist_accepts_listed_keys_and_refuses_others_whole_key(lab: Lab) ->
     assert PER_IF in err["msg"] and str(allow) in err["msg"]
     assert live(lab.ctr, SOMAXCONN, PER_IF) == before
     # args.cni (what a pod may pass) is held to the same list
-    args = {"args": {"cni": {"sysctl": {NS_WIDE: "1"}}}}
+    args: dict[str, Any] = {"args": {"cni": {"sysctl": {NS_WIDE: "1"}}}}
     failed(run(lab, "ADD", config(lab, **args), env=env), 7)
     assert not backup_file(lab).exists()
 
@@ -457,7 +457,7 @@ def test_same_kernel_state_and_result_as_go(lab: Lab) -> None:
     ours_ns, go_ns = lab.ctr, lab.new_netns("goctr")
     make_veth(lab, ours_ns)
     make_veth(lab, go_ns)
-    keys = {"mac": MAC, "mtu": 1400, "promisc": True, "allmulti": True,
+    keys: dict[str, Any] = {"mac": MAC, "mtu": 1400, "promisc": True, "allmulti": True,
             "sysctl": {PER_IF: "0", SOMAXCONN: "1500"}}  # fmt: skip
     ours = run(lab, "ADD", config(lab, ours_ns, **keys), ours_ns).ok().json
     gos = run(lab, "ADD", config(lab, go_ns, **keys, dataDir=str(lab.workdir / "go")), go_ns,

@@ -24,7 +24,7 @@ import os
 from _socket import ntohs
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -231,7 +231,8 @@ class FakeKernel:
         try:
             self._fault(description)
         except NetlinkError as e:
-            self.requests.append(f"{description} -> {errno.errorcode[e.errno]}")
+            # a NetlinkError always has its errno; OSError types it int | None
+            self.requests.append(f"{description} -> {errno.errorcode[cast(int, e.errno)]}")
             raise OSError(e.errno, e.strerror) from None
         if key not in ns.sysctls:
             raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), file)
@@ -249,7 +250,8 @@ class FakeKernel:
         try:
             self._fault(description)
         except NetlinkError as e:
-            self.requests.append(f"{description} -> {errno.errorcode[e.errno]}")
+            # a NetlinkError always has its errno; OSError types it int | None
+            self.requests.append(f"{description} -> {errno.errorcode[cast(int, e.errno)]}")
             raise
         if not kind.startswith("RTM_GET"):
             self.requests.append(description)
