@@ -290,10 +290,11 @@ def test_add_check_del_import_only_what_they_use(
     plugin, keys = CASES[kind]
     host_end = veth(lab)
     config = conf(lab, host_end, plugin, **keys)
-    run = dict(netns=lab.ctr.path, host=lab.host.name, env=lab.env)
     found = {}
     for command in ("ADD", "CHECK", "DEL"):
-        found[command] = imported(tmp_path, plugin, command, config, **run)  # type: ignore[arg-type]
+        found[command] = imported(
+            tmp_path, plugin, command, config, netns=lab.ctr.path, host=lab.host.name, env=lab.env
+        )
     # All three verbs ran (DEL cleaned up) before any is judged.
     problems = [
         f"{kind} {command}: {problem}"

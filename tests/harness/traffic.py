@@ -120,10 +120,19 @@ def request(
         return sock.recvfrom(65536)[0]
 
 
-def reaches(ns: Netns, dst: str, port: int, proto: str = "tcp", **kw: object) -> bytes | None:
+def reaches(
+    ns: Netns,
+    dst: str,
+    port: int,
+    proto: str = "tcp",
+    payload: bytes = b"ping",
+    *,
+    src: str | None = None,
+    timeout: float = 3.0,
+) -> bytes | None:
     """The reply, or None when nothing answered (refused, dropped, timed out)."""
     try:
-        return request(ns, dst, port, proto, **kw)  # type: ignore[arg-type]
+        return request(ns, dst, port, proto, payload, src=src, timeout=timeout)
     except OSError:
         return None
 
