@@ -187,9 +187,10 @@ TUNED: dict[str, Any] = {"mac": MAC, "mtu": 1400, "sysctl": {PER_IF: "0", NS_WID
 def watch_sysctl_writes(monkeypatch: pytest.MonkeyPatch, faults: Faults, ctr: Netns) -> None:
     """tuning's other transport: /proc/sys writes. A per-interface key vanishes with its
     interface; a namespace-wide one cannot vanish, so it is refused with ENODEV."""
+    from common import netns
     from tuning import apply
 
-    original = apply.write_sysctl
+    original = netns.write_sysctl
     per_if = "/eth0/"
 
     def vanish(file: str) -> Callable[[], object]:
@@ -205,7 +206,7 @@ def watch_sysctl_writes(monkeypatch: pytest.MonkeyPatch, faults: Faults, ctr: Ne
         faults.step(f"write {file}", vanish(file))
         original(file, value)
 
-    monkeypatch.setattr(apply, "write_sysctl", write_sysctl)
+    monkeypatch.setattr(apply, "write_sysctl", write_sysctl)  # where tuning looks it up
 
 
 def test_tuning_del_succeeds_whatever_vanishes_at_each_request(
