@@ -214,3 +214,20 @@ def test_gc_forgets_the_backups_of_attachments_no_longer_valid(
 def test_status_is_ready_with_a_writable_data_dir(kernel: FakeKernel) -> None:
     status = {"cniVersion": "1.1.0", "name": "tunenet", "type": "tuning"}
     assert kernel.run("tuning", "STATUS", status, netns="") == (0, None)
+
+
+@pytest.mark.parametrize("unsafe", ["group-writable", "symlink"])
+def test_status_is_unavailable_with_a_data_dir_add_would_refuse(
+    kernel: FakeKernel, tmp_path: Path, unsafe: str
+) -> None:
+    data_dir = tmp_path / "tuning-data"
+    if unsafe == "symlink":
+        (tmp_path / "real").mkdir(mode=0o700)
+        data_dir.symlink_to(tmp_path / "real")
+    else:
+        data_dir.mkdir()
+        data_dir.chmod(0o770)
+    status = {"cniVersion": "1.1.0", "name": "tunenet", "type": "tuning", "dataDir": str(data_dir)}
+    code, error = kernel.run("tuning", "STATUS", status, netns="")
+    assert (code, error["code"]) == (1, 50), error
+    assert error["msg"].startswith("tuning cannot serve ADDs: ") and str(data_dir) in error["msg"]

@@ -142,6 +142,13 @@ def status(request: Request) -> None:
         existing = os.path.dirname(existing)
     if not os.access(existing, os.W_OK | os.X_OK):
         raise CniError(STATUS_UNAVAILABLE, f"tuning cannot write its dataDir {conf.data_dir}")
+    if os.path.lexists(conf.data_dir):  # one ADD would refuse (symlink, owner, mode)
+        try:
+            BackupStore(conf.data_dir).check()
+        except CniError as e:
+            raise CniError(
+                STATUS_UNAVAILABLE, f"tuning cannot serve ADDs: {e.msg}", e.details
+            ) from None
     import importlib.util
 
     if importlib.util.find_spec("pyroute2") is None:
