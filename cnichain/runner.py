@@ -201,7 +201,12 @@ def add(conflist: ConfList, rt: Runtime) -> dict[str, Any] | None:
         "result": result,
     }
     tmp = _cache_file(conflist, rt) + ".tmp"
-    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+    # A leftover (or planted) .tmp is replaced, never followed: no symlink makes us
+    # truncate another file.
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    with open(os.open(tmp, flags, 0o600), "w") as f:
         json.dump(cache, f)
     os.rename(tmp, _cache_file(conflist, rt))
     return result

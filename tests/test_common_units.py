@@ -349,3 +349,22 @@ def test_replace_copies_a_value_with_some_fields_changed() -> None:
     assert Tagged("x", 1, "t").replace(tag="u").tag == "u"
     with pytest.raises(TypeError, match="unknown fields"):
         bag.replace(colour="red")
+
+
+def test_chain_cache_write_replaces_a_planted_tmp_symlink(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("keep me")
+    cache_dir = tmp_path / "cache"
+    cache_dir.mkdir(mode=0o700)
+    (cache_dir / "net-c1-eth0.tmp").symlink_to(victim)
+    conflist = chain.ConfList("net", "1.0.0", [{"type": "noop"}])
+    rt = chain.Runtime("c1", "/run/netns/x", {}, cache_dir=str(cache_dir))
+    answer = {"cniVersion": "1.0.0", "ips": []}
+    monkeypatch.setattr(chain, "exec_plugin", lambda *_: answer)
+    result = chain.add(conflist, rt)
+    assert result is not None and result["cniVersion"] == "1.0.0"
+    assert victim.read_text() == "keep me"
+    assert sorted(os.listdir(cache_dir)) == ["net-c1-eth0"]
+    assert jsontext.loads((cache_dir / "net-c1-eth0").read_bytes())["result"] == result
