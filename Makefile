@@ -40,7 +40,8 @@ deps: apt venv
 # Besides style and types: the import contracts and the dependency lists of pyproject.toml,
 # and no dead code (.vulture_allowlist.py says why each name it keeps is used). The second
 # deptry run lets tests/ and bench/ use the test and bench extras and fails only on imports
-# that nothing declares, or that only another package's dependencies bring along.
+# that nothing declares, or that only another package's dependencies bring along. No
+# tracked symlinks: the project has none, and one (a borrowed .venv) broke a fresh clone.
 lint: deps
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
@@ -49,6 +50,8 @@ lint: deps
 	$(VENV)/bin/deptry .
 	$(VENV)/bin/deptry tests bench --exclude '\.venv' --ignore DEP002,DEP004
 	$(VENV)/bin/vulture
+	@links=$$(git ls-files -s 2>/dev/null | awk '$$1 == "120000" {print $$4}'); \
+	if [ -n "$$links" ]; then echo "tracked symlinks (a venv taken in by mistake?): $$links"; exit 1; fi
 
 # pytest exits 5 when it collected nothing: that is a failure here, like any non-zero code.
 # The second run puts the plugins' kernel tests through a resident helper (cnihelper/server.py):
