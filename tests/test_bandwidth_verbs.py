@@ -22,11 +22,7 @@ IFB = ifb_name(NET, CID)
 
 @pytest.fixture
 def kernel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeKernel:
-    monkeypatch.setenv("CNI_META_STATE_ROOT", str(tmp_path / "state"))
-    monkeypatch.setenv("CNI_META_LOG_FILE", str(tmp_path / "plugins.log"))
-    fake = FakeKernel(tmp_path / "netns")
-    fake.install(monkeypatch)
-    return fake
+    return FakeKernel.for_test(tmp_path, monkeypatch)
 
 
 def conf(netns: str, host_if: str = "veth1", **body: Any) -> dict[str, Any]:

@@ -42,11 +42,7 @@ ctr: RTM_NEWLINK dev eth0 nopromisc address 02:00:00:00:00:03 mtu 1500 txqlen 10
 
 @pytest.fixture
 def kernel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeKernel:
-    monkeypatch.setenv("CNI_META_STATE_ROOT", str(tmp_path / "state"))
-    monkeypatch.setenv("CNI_META_LOG_FILE", str(tmp_path / "plugins.log"))
-    fake = FakeKernel(tmp_path / "netns")
-    fake.install(monkeypatch)
-    return fake
+    return FakeKernel.for_test(tmp_path, monkeypatch)
 
 
 @pytest.fixture

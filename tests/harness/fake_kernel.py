@@ -184,6 +184,15 @@ class FakeKernel:
 
     # -- the seams
 
+    @classmethod
+    def for_test(cls, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeKernel:
+        """A fake kernel installed for one test, with its state and log under tmp_path."""
+        monkeypatch.setenv("CNI_META_STATE_ROOT", str(tmp_path / "state"))
+        monkeypatch.setenv("CNI_META_LOG_FILE", str(tmp_path / "plugins.log"))
+        fake = cls(tmp_path / "netns")
+        fake.install(monkeypatch)
+        return fake
+
     def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setattr(tc, "RtnlSocket", self.open_socket)
         kernel = self
