@@ -14,9 +14,10 @@ from tests.harness import cnitool
 
 REPO = Path(__file__).resolve().parents[1]
 
-# An absolute path under /work, or a directory beside the checkout ("../shared", "shared/"):
-# neither exists in a user's clone. Spelled in pieces so this file does not match itself.
-MACHINE_PATHS = re.compile("(?<![\\w.-])/" + "work/|(?<![\\w-])" + "shared/")
+# An absolute path of this project's development machines (under /work), or the "shared"
+# directory beside their checkouts: neither exists in a user's clone. Spelled in pieces so
+# this file does not match itself.
+MACHINE_PATHS = re.compile("(?<![\\w.-])/" + "work/|(?<![\\w-])" + "sha" + "red/")
 
 
 def tracked_files() -> list[Path]:
@@ -51,3 +52,20 @@ def test_libcni_client_builds_from_the_checkout() -> None:
     proc = subprocess.run([exe], capture_output=True, text=True, check=False)
     assert proc.returncode == 1
     assert "usage: libcni-client add|check|del NETWORK NETNS" in proc.stderr
+
+
+def makefile_list(text: str, name: str) -> list[str]:
+    joined = text.replace("\\\n", " ")
+    match = re.search(rf"^{name} := (.*)$", joined, re.MULTILINE)
+    assert match, f"{name} not in the Makefile"
+    return match.group(1).replace("$(DEMO_APT)", "").split()
+
+
+def test_readme_names_exactly_the_apt_packages_each_command_installs() -> None:
+    makefile = (REPO / "Makefile").read_text()
+    readme = (REPO / "README.md").read_text()
+    demo = re.search(r"^- `make demo`: `([^`]+)`", readme, re.MULTILINE)
+    test = re.search(r"^- `make test`: the demo's and `([^`]+)`", readme, re.MULTILINE)
+    assert demo and test, "README's apt lists for make demo / make test not found"
+    assert demo.group(1).split() == makefile_list(makefile, "DEMO_APT")
+    assert test.group(1).split() == makefile_list(makefile, "TEST_APT")
