@@ -20,7 +20,7 @@ CNI_BIN_DIR ?= /opt/cni/bin
 CNI_META_PREFIX ?= /opt/cni-meta-plugins
 INSTALL_APT := python3-venv python3-dev gcc libnftables1 iptables
 
-.PHONY: all deps apt apt-demo venv lint test test-unit test-runtimes fuzz demo bench install install-helper uninstall clean
+.PHONY: all deps apt apt-demo venv lint test test-unit test-runtimes fuzz demo bench install install-helper uninstall dist clean
 
 all: test
 
@@ -115,7 +115,15 @@ uninstall:
 	  rm -f $(HELPER_UNIT); systemctl daemon-reload; fi
 	deploy/install.sh --uninstall --bin-dir $(CNI_BIN_DIR) --prefix $(CNI_META_PREFIX)
 
-# The runtime suites (podman, cnitool, containerd, install) also run in `make test`.
+# `make dist`: a wheel and an sdist in dist/ (PEP 517, through `build`). The wheel is built
+# from the sdist, which proves the sdist holds what a build needs. --no-isolation: the
+# venv's setuptools builds it, so no download (offline once `make deps` has run).
+dist: venv
+	rm -rf dist
+	$(PY) -m build --no-isolation --outdir dist .
+	@ls -l dist
+
+# The runtime suites (podman, libcni client, containerd, install) also run in `make test`.
 test-runtimes: deps
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest tests/runtimes tests/test_install.py $(PYTEST_ARGS)
 
@@ -128,4 +136,4 @@ fuzz: deps
 	  PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest tests/test_fuzz.py $(PYTEST_ARGS)
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .import_linter_cache
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .import_linter_cache
