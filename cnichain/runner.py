@@ -39,7 +39,16 @@ if TYPE_CHECKING:
     from typing import Any
 
 # The chain's machinery lives in cnichain.api; these stay importable from here.
-__all__ = ["ChainError", "ConfList", "Runtime", "find_plugin", "main", "plugin_config", "retyped"]
+__all__ = [
+    "ChainError",
+    "ConfList",
+    "Runtime",
+    "add",
+    "find_plugin",
+    "main",
+    "plugin_config",
+    "retyped",
+]
 
 
 # ---------------------------------------------------------------------------- friendly flags
