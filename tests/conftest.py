@@ -52,9 +52,11 @@ MACHINE_STATE_DIRS = ("/run/cni", "/var/lib/cni")
 
 
 # Named namespaces of tests (cmpt-*: each process judges its own, see
-# nslib.leftover_namespaces) and of benchmarks (cmpb-*), which may run beside a test
-# session on a developer's machine.
-OWN_NETNS_PREFIXES = (nslib.PREFIX + "-", "cmpb-")
+# nslib.leftover_namespaces; cnit-*: cnichain's fixtures in the pytest sessions that
+# tests/test_chain_pytest_plugin.py and tests/test_examples_wheel.py start, which check
+# their own) and of benchmarks (cmpb-*), which may run beside a test session on a
+# developer's machine.
+OWN_NETNS_PREFIXES = (nslib.PREFIX + "-", api_netns.DEFAULT_PREFIX + "-", "cmpb-")
 
 
 def _other_netns() -> str:

@@ -137,7 +137,7 @@ def test_a_failing_del_after_the_body_raised_is_a_note(bindir: Path, tmp_path: P
 
 
 def test_gc_and_status_need_1_1_0(bindir: Path, tmp_path: Path) -> None:
-    with pytest.raises(ChainError, match="needs cniVersion 1.1.0"):
+    with pytest.raises(ChainError, match=r"needs cniVersion 1\.1\.0"):
         net(bindir, tmp_path, two()).status()
     n = net(bindir, tmp_path, {**two(), "cniVersion": "1.1.0"})
     n.add("c1", "/run/netns/x")
