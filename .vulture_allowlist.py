@@ -40,3 +40,10 @@ _.domain
 # pyroute2 reads a message class's `nla_map` when it compiles the class (bandwidth/tc.py's
 # tbf options with the 64-bit rate attributes).
 _.nla_map
+
+# cnichain's public API (docs/python-api.md) for users' tests: what only examples/ and
+# tests/ call, and the pytest plugin's fixtures, which pytest finds by name.
+_.attach
+_.container
+_.detach
+cni_chain

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from cnichain import api
 from cnichain import runner as chain
 from common import jsontext
 from common.config import decode, parse_netconf
@@ -359,11 +360,11 @@ def test_chain_cache_write_replaces_a_planted_tmp_symlink(
     cache_dir = tmp_path / "cache"
     cache_dir.mkdir(mode=0o700)
     (cache_dir / "net-c1-eth0.tmp").symlink_to(victim)
-    conflist = chain.ConfList("net", "1.0.0", [{"type": "noop"}])
-    rt = chain.Runtime("c1", "/run/netns/x", {}, cache_dir=str(cache_dir))
+    conflist = api.ConfList("net", "1.0.0", [{"type": "noop"}])
+    rt = api.Runtime("c1", "/run/netns/x", {}, cache_dir=str(cache_dir))
     answer = {"cniVersion": "1.0.0", "ips": []}
-    monkeypatch.setattr(chain, "exec_plugin", lambda *_: answer)
-    result = chain.add(conflist, rt)
+    monkeypatch.setattr(api, "exec_plugin", lambda *_: answer)
+    result = api.add(conflist, rt)
     assert result is not None and result["cniVersion"] == "1.0.0"
     assert victim.read_text() == "keep me"
     assert sorted(os.listdir(cache_dir)) == ["net-c1-eth0"]
