@@ -171,14 +171,13 @@ def gc(request: Request) -> None:
     sd = state.store()
     before = sd.stamps()  # before any lock: see AttachmentStore.sweep
     valid = valid_attachments(request.conf.body)
-    names = {backends.resolve(config.options)}
+    # iptables always: its chains are the Go portmap's too, which may have been made
+    # before ours was installed (a cheap look where there is no CNI-HOSTPORT-DNAT)
+    names = {backends.resolve(config.options), "iptables"}
     names |= {e.backend for e in sd.entries(request.network).values() if e.backend in cfg.BACKENDS}
     for name in sorted(names):
         backend = backends.make(name, sd, request.log)
         flush_conntrack(backend.gc(request.network, valid, before), request.log)
-    from portmap import go_takeover  # what the Go portmap made on this network
-
-    flush_conntrack(go_takeover.gc(request.network, valid, sd, request.log), request.log)
 
 
 def status(request: Request) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from portmap import go_takeover, nft
+from portmap import go_takeover, nft, xtables
 from portmap.config import Attachment
 from portmap.xtables import chain_name
 from tests.harness.fake_kernel import FakeKernel
@@ -140,15 +140,27 @@ def ipt_chain_rules(cid: str, ip: str) -> list[str]:
     for proto, port, cport in (("tcp", 8080, 80), ("udp", 5353, 53)):
         dest = f"-p {proto} -m {proto} --dport {port}"
         out += [f"-A {dn} -s 10.88.0.0/16 {dest} -j CNI-HOSTPORT-SETMARK",
-                f"-A {dn} -s 127.0.0.0/8 {dest} -j CNI-HOSTPORT-SETMARK",
+                f"-A {dn} -s 127.0.0.1/32 {dest} -j CNI-HOSTPORT-SETMARK",
                 f"-A {dn} {dest} -j DNAT --to-destination {ip}:{cport}"]  # fmt: skip
     return out
 
 
-def ipt_jumps(cid: str) -> list[str]:
-    comment = f'-m comment --comment "portmap {tag(cid)}" -j {chain(cid)}'
-    return [f"-A CNI-HOSTPORT-DNAT -p tcp -m tcp --dport 8080 {comment}",
-            f"-A CNI-HOSTPORT-DNAT -p udp -m udp --dport 5353 {comment}"]  # fmt: skip
+def go_comment(cid: str, net: str = NET) -> str:
+    """The comment match of Go's jumps, as iptables-save prints it."""
+    return f'-m comment --comment "dnat name: \\"{net}\\" id: \\"{cid}\\""'
+
+
+def ipt_jumps(cid: str, saved: bool = True) -> list[str]:
+    """Go's jumps, as iptables-save prints them (or as we send them: -p after the
+    comment, where Go puts it)."""
+    comment = go_comment(cid)
+    out = []
+    for proto, port in (("tcp", 8080), ("udp", 5353)):
+        matches = (
+            f"-p {proto} {comment} -m multiport" if saved else f"{comment} -m multiport -p {proto}"
+        )
+        out.append(f"-A CNI-HOSTPORT-DNAT {matches} --dports {port} -j {chain(cid)}")
+    return out
 
 
 SETMARK = ('-A CNI-HOSTPORT-SETMARK -m comment --comment "CNI portfwd masquerade mark" '
@@ -176,7 +188,7 @@ def ipt_first_add(cid: str = "ctr1", ip: str = "10.88.0.5") -> list[str]:
     return ["-N CNI-HOSTPORT-SETMARK", SETMARK, "-N CNI-HOSTPORT-MASQ", MASQ,
             f"-I POSTROUTING 1 {TO_MASQ}", "-N CNI-HOSTPORT-DNAT", f"-A PREROUTING {TO_DNAT}",
             f"-A OUTPUT {TO_DNAT}", f"-N {chain(cid)}", *ipt_chain_rules(cid, ip),
-            *ipt_jumps(cid)]  # fmt: skip
+            *ipt_jumps(cid, saved=False)]  # fmt: skip
 
 
 def added(world: World, cid: str = "ctr1", ip: str = "10.88.0.5") -> str:
@@ -229,7 +241,8 @@ def test_second_add_replaces_the_mappings_in_one_transaction(world: World) -> No
     else:
         redo = [line.replace("-A CNI-HOSTPORT-DNAT", "-D CNI-HOSTPORT-DNAT")
                 for line in ipt_jumps("ctr1")]  # fmt: skip
-        redo += [f"-F {chain('ctr1')}", *ipt_chain_rules("ctr1", "10.88.0.5"), *ipt_jumps("ctr1")]
+        redo += [f"-F {chain('ctr1')}", *ipt_chain_rules("ctr1", "10.88.0.5")]
+        redo += ipt_jumps("ctr1", saved=False)
         assert world.fake.sent() == sent("nft ipv4", redo) + LOCALNET_ON + FLUSH
 
 
@@ -319,7 +332,7 @@ def test_del_without_state_removes_the_go_portmaps_iptables_mappings(
     nat["CNI-HOSTPORT-DNAT"] = []
     made: dict[str, list[str]] = {}
     for cid, port in (("ctr1", 5353), ("goother", 5354)):
-        name = go_takeover.go_chain_name(NET, cid)
+        name = xtables.go_chain_name(NET, cid)
         rule = f"-A {name} -p udp -m udp --dport {port} -j DNAT --to-destination 10.88.0.9:53"
         comment = f'"dnat name: \\"{NET}\\" id: \\"{cid}\\""'
         jump = (f"-A CNI-HOSTPORT-DNAT -p udp -m comment --comment {comment} "
@@ -334,7 +347,7 @@ def test_del_without_state_removes_the_go_portmaps_iptables_mappings(
 
     monkeypatch.setattr(go_takeover, "nft_has", nft_has)
     assert world.run("DEL") == (0, None)
-    name = go_takeover.go_chain_name(NET, "ctr1")
+    name = xtables.go_chain_name(NET, "ctr1")
     undo = ["-D" + made["ctr1"][0][2:], f"-F {name}", f"-X {name}"]
     assert world.fake.sent() == sent("nft ipv4", undo) + FLUSH
     assert world.fake.dump() == kept
@@ -377,6 +390,7 @@ def test_gc_removes_the_attachments_that_are_not_valid(
     elsewhere = World(tmp_path / "elsewhere", monkeypatch, world.backend)
     elsewhere.run("ADD", cid="ctr2", ip="10.88.0.6", mappings=other)
     assert swept == elsewhere.fake.dump()
-    assert tag("ctr1") not in swept and tag("ctr2") in swept
+    owner = tag if world.backend == "nftables" else chain
+    assert owner("ctr1") not in swept and owner("ctr2") in swept
     assert world.kernel.run("portmap", "GC", gc, netns="") == (0, None)
     assert world.fake.sent() == ""  # nothing left to sweep

@@ -393,8 +393,13 @@ class FakeNetfilter:
         monkeypatch.setattr(verbs, "write_sysctl", self._write_sysctl)
         monkeypatch.setattr(netlink, "route_oif_v4", lambda ip: "cni0")
         monkeypatch.setattr(netlink, "flush_udp_conntrack", self._flush)
-        monkeypatch.setattr(go_takeover, "nft_has", lambda *a: False)
+        monkeypatch.setattr(go_takeover, "nft_has", self._nft_has)
         monkeypatch.setattr(go_takeover, "legacy_may_have", lambda *a: False)
+
+    def _nft_has(self, family: int, table: str, chain: str | None = None) -> bool:
+        """The iptables-nft chains are the fake's; Go's nftables table is never there."""
+        tables = self.xtables.tables
+        return table == "nat" and chain is not None and chain in tables.get(("nft", family), {})
 
     def _read_sysctl(self, path: str) -> str:
         if path not in self.sysctls:
