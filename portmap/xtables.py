@@ -623,7 +623,7 @@ class XtablesBackend:
     def _name(self, att: Attachment, previous: Where, tables: dict[int, NatTable]) -> str:
         """Go's name, unless another attachment (ours or Go's) of this container and
         network has it: then second_chain_name. A repeated ADD keeps its name."""
-        go, second = go_chain_name(att.network, att.container_id), second_chain_name(att)
+        go, second = chain_name(att), second_chain_name(att)
         names = {chain for _, chain, _ in previous}
         if go in names or second in names:
             return go if go in names else second
@@ -705,7 +705,7 @@ class XtablesBackend:
 
     def check(self, plan: Plan) -> list[str]:
         recorded = {f: (c, v) for f, c, v in self._recorded(plan.attachment) or []}
-        go = go_chain_name(plan.attachment.network, plan.attachment.container_id)
+        go = chain_name(plan.attachment)
         mark_chain = plan.external_mark_chain or SETMARK
         problems: list[str] = []
         for fp in plan.families:
@@ -747,7 +747,7 @@ class XtablesBackend:
         format (ours and the Go portmap's alike) whose container is neither valid nor in
         an ADD in flight, those of our former format whose attachment is stale; then
         their chains, unless another rule still jumps there."""
-        from portmap.go_takeover import may_have
+        from portmap.probe import may_have
 
         targets: UdpTargets = []
         with self.sd.lock(LOCK):

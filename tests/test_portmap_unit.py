@@ -357,7 +357,7 @@ def test_gc_picks_only_the_go_jumps_of_its_network_whose_container_is_gone(
     kept."""
     from common.gc import AttachmentId
     from common.log import Log
-    from portmap import go_takeover, state, xtables
+    from portmap import probe, state, xtables
 
     gone, kept = xtables.go_chain_name("n", "gone"), xtables.go_chain_name("n", "kept")
     shared = xtables.go_chain_name("n", "shared")
@@ -393,7 +393,7 @@ def test_gc_picks_only_the_go_jumps_of_its_network_whose_container_is_gone(
 
     monkeypatch.setattr(xtables, "listing", listing)
     monkeypatch.setattr(xtables, "restore", restore)
-    monkeypatch.setattr(go_takeover, "may_have", may_have)
+    monkeypatch.setattr(probe, "may_have", may_have)
     monkeypatch.setenv("CNI_META_STATE_ROOT", str(tmp_path))
     sd = state.store()
 

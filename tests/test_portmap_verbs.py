@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from portmap import go_takeover, nft, xtables
+from portmap import nft, probe, xtables
 from portmap.config import Attachment
 from portmap.xtables import chain_name
 from tests.harness.fake_kernel import FakeKernel
@@ -345,7 +345,7 @@ def test_del_without_state_removes_the_go_portmaps_iptables_mappings(
     def nft_has(family: int, table: str, chain: str | None = None) -> bool:
         return table == "nat" and chain in world.fake.xtables.table("nft", family)
 
-    monkeypatch.setattr(go_takeover, "nft_has", nft_has)
+    monkeypatch.setattr(probe, "nft_has", nft_has)
     assert world.run("DEL") == (0, None)
     name = xtables.go_chain_name(NET, "ctr1")
     undo = ["-D" + made["ctr1"][0][2:], f"-F {name}", f"-X {name}"]
