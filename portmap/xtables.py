@@ -692,10 +692,12 @@ class XtablesBackend:
         targets: UdpTargets = []
         with self.sd.lock(LOCK):
             where = self._recorded(att)
-            if where is None:
-                variant = self._variant()
+            if where is None:  # usually a repeated DEL: cheap looks, no tool run
+                from portmap.probe import may_have
+
                 own = (second_chain_name(att), old_chain_name(att))
-                where = [(f, c, variant) for f in (4, 6) for c in own]
+                where = [(f, c, v) for v in VARIANTS for f in (4, 6) for c in own]
+                where = [(f, c, v) for f, c, v in where if may_have(v, f, c)]
             places = sorted({(variant, family) for family, _, variant in where})
             for variant, family in places:
                 chains = tuple(dict.fromkeys(c for f, c, v in where if (v, f) == (variant, family)))

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from portmap import nft, probe, xtables
+from common.digest import sha512_hex
+from portmap import nft, probe, state, xtables
 from portmap.config import Attachment
 from portmap.xtables import chain_name
 from tests.harness.fake_kernel import FakeKernel
@@ -394,3 +395,80 @@ def test_gc_removes_the_attachments_that_are_not_valid(
     assert owner("ctr1") not in swept and owner("ctr2") in swept
     assert world.kernel.run("portmap", "GC", gc, netns="") == (0, None)
     assert world.fake.sent() == ""  # nothing left to sweep
+
+
+# ---------------------------------------------------------------------------- iptables names
+
+
+@pytest.fixture
+def ipt_world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> World:
+    monkeypatch.setenv("CNI_META_STATE_ROOT", str(tmp_path / "state"))
+    monkeypatch.setenv("CNI_META_LOG_FILE", str(tmp_path / "plugins.log"))
+    return World(tmp_path, monkeypatch, "iptables")
+
+
+def test_iptables_chain_is_gos_and_a_second_attachment_gets_its_own(ipt_world: World) -> None:
+    """ctr1/eth0 gets Go's CNI-DN-<sha512(network + container id)>; ctr1/net1 on the same
+    network cannot (Go's name is taken) and gets another. A DEL of net1 that lost its
+    record removes its own chain only, never the Go-named one of eth0."""
+    w = ipt_world
+    assert w.run("ADD")[0] == 0
+    go = ("CNI-DN-" + sha512_hex(f"{NET}ctr1".encode()))[:28]
+    assert chain("ctr1") == go and f":{go}\n" in w.fake.dump()
+    conf = w.conf(ip="10.88.0.7", mappings=[{"hostPort": 9090, "containerPort": 90}])
+    conf["prevResult"]["interfaces"][0]["name"] = "net1"
+    net1 = Attachment(NET, "ctr1", "net1")
+    assert w.kernel.run("portmap", "ADD", conf, netns=w.netns, ifname="net1")[0] == 0
+    second = xtables.second_chain_name(net1)
+    dump = w.fake.dump()
+    assert second != go and f":{second}\n" in dump and f":{go}\n" in dump
+    assert w.kernel.run("portmap", "ADD", conf, netns=w.netns, ifname="net1")[0] == 0
+    assert w.fake.dump() == dump  # a repeated ADD keeps its name
+    (w.state / "portmap" / f"{net1.tag}.json").unlink()
+    w.fake.sent()
+
+    assert w.kernel.run("portmap", "DEL", conf, netns=w.netns, ifname="net1") == (0, None)
+
+    dump = w.fake.dump()
+    assert f":{second}\n" not in dump and f":{go}\n" in dump and "9090" not in dump
+    assert w.run("DEL") == (0, None)
+    assert "CNI-DN-" not in w.fake.dump()
+
+
+def old_naming(w: World, cid: str, port: int, record: bool) -> str:
+    """An attachment as our releases before Go's naming left it: chain named from the
+    tag, a per-port jump commented "portmap <tag> ...", the record naming the chain."""
+    att = Attachment(NET, cid, "eth0")
+    old = xtables.old_chain_name(att)
+    nat = w.fake.xtables.table("nft", 4)
+    nat.setdefault("CNI-HOSTPORT-DNAT", [])
+    nat[old] = [f"-A {old} -p udp -m udp --dport {port} -j DNAT --to-destination 10.88.0.9:53"]
+    nat["CNI-HOSTPORT-DNAT"].append(
+        f"-A CNI-HOSTPORT-DNAT -p udp -m udp --dport {port} -m comment "
+        f'--comment "portmap {att.comment}" -j {old}'
+    )
+    if record:
+        entry = state.Recorded(NET, cid, "eth0", "iptables", [[4, old, "nft"]])
+        state.store().save(att, entry)
+    return old
+
+
+def test_iptables_del_and_gc_remove_what_the_former_naming_made(ipt_world: World) -> None:
+    """An upgrade with pods running: DEL of an attachment added under the former naming
+    removes its chain (named in its record) and jump; GC removes a stale one, with or
+    without its record."""
+    w = ipt_world
+    old1 = old_naming(w, "ctr1", 5301, record=True)
+    old2 = old_naming(w, "gone", 5302, record=True)
+    old3 = old_naming(w, "lost", 5303, record=False)
+    kept = old_naming(w, "other", 5304, record=True)
+
+    assert w.run("DEL") == (0, None)
+    assert old1 not in w.fake.dump() and old2 in w.fake.dump()
+    gc = {"cniVersion": "1.1.0", "name": NET, "type": "portmap", "backend": "iptables",
+          "cni.dev/valid-attachments": [{"containerID": "other", "ifname": "eth0"}]}  # fmt: skip
+    assert w.kernel.run("portmap", "GC", gc, netns="") == (0, None)
+
+    dump = w.fake.dump()
+    assert old2 not in dump and old3 not in dump and kept in dump and "5304" in dump
+    assert w.records() == [f"{Attachment(NET, 'other', 'eth0').tag}.json"]
