@@ -396,6 +396,22 @@ def per_port(fp: FamilyPlan, fw: Forward, mark_chain: str) -> list[Words]:
     return out
 
 
+def chain_order(forwards: tuple[Forward, ...]) -> list[Forward]:
+    """Go's order of the chain's rules (config order), except that a specific host
+    address goes before a wildcard of this attachment that would shadow it."""
+    out: list[Forward] = []
+    for fw in sorted(forwards, key=lambda f: f.mapping):
+        last = fw.host_port + fw.count - 1
+        shadows = [
+            i
+            for i, o in enumerate(out)
+            if fw.host_ip and o.host_ip is None and o.protocol == fw.protocol
+            and o.host_port <= last and fw.host_port <= o.host_port + o.count - 1
+        ]  # fmt: skip
+        out.insert(shadows[0] if shadows else len(out), fw)
+    return out
+
+
 def _rules_per_jump(conditions: tuple[str, ...]) -> int:
     """iptables makes one rule per combination of the -s and -d addresses of a list."""
     n = 1
@@ -565,7 +581,7 @@ def installation(table: NatTable, fp: FamilyPlan, plan: Plan, name: str) -> list
     else:
         lines.append(f"-N {name}")
     mark_chain = external or SETMARK
-    for fw in fp.forwards:
+    for fw in chain_order(fp.forwards):
         lines += [line("-A", name, words) for words in per_port(fp, fw, mark_chain)]
     entries = jumps(plan, fp, name)
     if any(fw.host_ip for fw in fp.forwards):
@@ -719,7 +735,7 @@ class XtablesBackend:
             if name not in table.chains:
                 problems.append(f"IPv{fp.family}: chain {name} is missing (iptables-{variant})")
                 continue
-            wanted = [w for fw in fp.forwards for w in per_port(fp, fw, mark_chain)]
+            wanted = [w for fw in chain_order(fp.forwards) for w in per_port(fp, fw, mark_chain)]
             live = table.words(name)
             show = " ".join
             problems += [f"IPv{fp.family} {name} lacks: {show(w)}" for w in wanted if w not in live]
