@@ -171,10 +171,14 @@ def gc(request: Request) -> None:
     sd = state.store()
     before = sd.stamps()  # before any lock: see AttachmentStore.sweep
     valid = valid_attachments(request.conf.body)
-    # iptables always: its chains are the Go portmap's too, which may have been made
-    # before ours was installed (a cheap look where there is no CNI-HOSTPORT-DNAT)
-    names = {backends.resolve(config.options), "iptables"}
+    names = {backends.resolve(config.options)}
     names |= {e.backend for e in sd.entries(request.network).values() if e.backend in cfg.BACKENDS}
+    from portmap import probe
+
+    # the iptables backend's chains are the Go portmap's too, made perhaps before ours
+    # was installed: its GC runs wherever CNI-HOSTPORT-DNAT is (a cheap look)
+    if any(probe.may_have(v, f, "CNI-HOSTPORT-DNAT") for v in ("nft", "legacy") for f in (4, 6)):
+        names.add("iptables")
     for name in sorted(names):
         backend = backends.make(name, sd, request.log)
         flush_conntrack(backend.gc(request.network, valid, before), request.log)
