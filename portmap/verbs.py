@@ -173,12 +173,15 @@ def gc(request: Request) -> None:
     valid = valid_attachments(request.conf.body)
     names = {backends.resolve(config.options)}
     names |= {e.backend for e in sd.entries(request.network).values() if e.backend in cfg.BACKENDS}
+    from portmap import probe
+
+    # the iptables backend's chains are the Go portmap's too, made perhaps before ours
+    # was installed: its GC runs wherever CNI-HOSTPORT-DNAT is (a cheap look)
+    if any(probe.may_have(v, f, "CNI-HOSTPORT-DNAT") for v in ("nft", "legacy") for f in (4, 6)):
+        names.add("iptables")
     for name in sorted(names):
         backend = backends.make(name, sd, request.log)
         flush_conntrack(backend.gc(request.network, valid, before), request.log)
-    from portmap import go_takeover  # what the Go portmap made on this network
-
-    flush_conntrack(go_takeover.gc(request.network, valid, sd, request.log), request.log)
 
 
 def status(request: Request) -> None:
