@@ -6,8 +6,8 @@
 # common/skel.py names a lazily imported verb after its target, for tracebacks and repr.
 _.__qualname__
 
-# Parameters fixed by a protocol, not chosen: signal handlers (signum, frame) in
-# common/state.py and cnihelper/server.py, and __exit__'s traceback in tuning/apply.py.
+# Parameters fixed by a protocol, not chosen: the signal handler's (signum, frame) in
+# common/state.py, and __exit__'s traceback in tuning/apply.py.
 signum
 frame
 tb

@@ -20,7 +20,7 @@ CNI_BIN_DIR ?= /opt/cni/bin
 CNI_META_PREFIX ?= /opt/cni-meta-plugins
 INSTALL_APT := python3-venv python3-dev gcc libnftables1 iptables
 
-.PHONY: all deps apt apt-demo venv lint test test-unit test-runtimes fuzz demo bench install install-helper uninstall dist clean
+.PHONY: all deps apt apt-demo venv lint test test-unit test-runtimes fuzz demo bench install uninstall dist clean
 
 all: test
 
@@ -68,14 +68,8 @@ lint: deps
 	if [ -n "$$links" ]; then echo "tracked symlinks (a venv taken in by mistake?): $$links"; exit 1; fi
 
 # pytest exits 5 when it collected nothing: that is a failure here, like any non-zero code.
-# The second run puts the plugins' kernel tests through a resident helper (cnihelper/server.py):
-# a served call must behave exactly like one the executable runs itself.
-HELPER_SUITES := tests/test_portmap.py tests/test_bandwidth_netns.py tests/test_tuning.py \
-	tests/test_chain.py
 test: lint
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest $(PYTEST_ARGS)
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -p tests.harness.helper -m root \
-	  $(HELPER_SUITES) $(PYTEST_ARGS)
 
 test-unit: deps
 	$(PY) -m pytest -m "not root" $(PYTEST_ARGS)
@@ -102,17 +96,7 @@ install:
 	@$(MAKE) --no-print-directory apt APT_PACKAGES="$(INSTALL_APT)"
 	deploy/install.sh --python $(PYTHON_BASE) --bin-dir $(CNI_BIN_DIR) --prefix $(CNI_META_PREFIX)
 
-# `make install-helper`: the same, then the resident helper (docs/helper.md) as the systemd
-# unit cni-meta-helper, started now and at every boot. `make uninstall` removes it too.
-HELPER_UNIT := /etc/systemd/system/cni-meta-helper.service
-install-helper: install
-	sed 's|/opt/cni-meta-plugins|$(CNI_META_PREFIX)|g' deploy/cni-meta-helper.service >$(HELPER_UNIT)
-	systemctl daemon-reload
-	systemctl enable --now cni-meta-helper.service
-
 uninstall:
-	if [ -f $(HELPER_UNIT) ]; then systemctl disable --now cni-meta-helper.service; \
-	  rm -f $(HELPER_UNIT); systemctl daemon-reload; fi
 	deploy/install.sh --uninstall --bin-dir $(CNI_BIN_DIR) --prefix $(CNI_META_PREFIX)
 
 # `make dist`: a wheel and an sdist in dist/ (PEP 517, through `build`). The wheel is built

@@ -133,7 +133,6 @@ class Flavour:
             "PATH": SYSTEM_PATH,
             "CNI_META_STATE_ROOT": str(self.state),
             "CNI_META_LOCK_TIMEOUT": "60",
-            "CNI_META_HELPER": "off",
             "CNI_IFNAME": "eth0",
             "CNI_NETNS": f"/run/netns/{self.ctr}",
             "CNI_PATH": str(GO_BIN),
@@ -173,7 +172,7 @@ def measure(
     launcher: str,
 ) -> list[dict[str, Any]]:
     """For each size N, every named flavour with N attachments: one warm-up round (page
-    cache, a helper, Go's top-level chains), then `reps` recorded rounds, the flavours'
+    cache, Go's top-level chains), then `reps` recorded rounds, the flavours'
     order rotating every round. Prints each result's `flavour.summary` as it comes."""
     results = []
     with tempfile.TemporaryDirectory(prefix="cmpb-") as tmp:

@@ -5,16 +5,12 @@ container start pays for what this package imports.
 
 
 def entry(name: str) -> None:
-    """What every plugin executable runs (its __main__.main): a resident helper, when one
-    takes the call, runs it with everything preloaded (and this process exits with its
-    status); otherwise this process runs the plugin `name` (common.skel.Plugin).
+    """What every plugin executable runs (its __main__.main): the plugin `name`
+    (common.skel.Plugin), in this process, exiting with its status.
 
     Here rather than in a module of its own: this package is imported on every call anyway,
     and a module more would cost VERSION (podman's most frequent call) another file lookup.
     """
-    from common.fastpath import delegate
-
-    delegate(name)
     import sys
 
     from common.skel import Plugin, run

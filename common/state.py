@@ -358,8 +358,7 @@ def _flock(fd: int, path: str, timeout: float) -> bool:
     The wait is a blocking flock cut off by SIGALRM: a blocked flock is woken the moment
     the holder lets go, where a poller with sleeps loses that race to every caller that
     happens to be awake and can starve for the whole timeout (16 tuning ADDs at once did,
-    on one dataDir lock). Signals need the main thread: plugin code runs there (the
-    helper's workers too, being forked processes).
+    on one dataDir lock). Signals need the main thread: plugin code runs there.
     """
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

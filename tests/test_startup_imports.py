@@ -3,7 +3,7 @@ without a clock.
 
 Each verb runs in a fresh `python -IS -X importtime` process started the way
 deploy/install.sh's launcher starts it (our packages and the venv's site-packages on
-sys.path, no site.py, helper off), and that process writes sorted(sys.modules) when it
+sys.path, no site.py), and that process writes sorted(sys.modules) when it
 exits. A verb fails here when our code imports a module known to be heavy (5-15 ms each
 on a 2-core node, or a whole subsystem it has no use for), or when it imports more modules
 than its recorded budget (counted beyond what the bare launcher has). A new import on a
@@ -76,7 +76,7 @@ NOT_FOR = {
 
 # Modules imported beyond the bare launcher's, per plugin and verb (Python 3.11, pyroute2
 # 0.9.7). Raise one only for an import the verb really needs. Where
-# the counts go: VERSION is the plugin, common.fastpath, skel, jsontext, versions and
+# the counts go: VERSION is the plugin, skel, jsontext, versions and
 # errors (not even os); portmap with nftables adds its own modules (portmap.libnftables,
 # the one binding of libnftables, among them), os, ipaddress, ctypes and contextlib;
 # iptables adds portmap.xtables, which runs iptables-restore/-save through posix_spawn
@@ -173,7 +173,6 @@ def imported(
         "CNI_IFNAME": "eth0",
         "CNI_NETNS": netns,
         "CNI_PATH": "/usr/lib/cni",
-        "CNI_META_HELPER": "off",
         **(env or {}),
     }
     python = [sys.executable, "-IS", "-X", "importtime", str(exe)]
