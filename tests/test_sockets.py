@@ -6,9 +6,8 @@ Two checks, either of which fails when someone adds, say, a Unix socket connect:
   `common`; the import contracts keep `cnichain`, the test API and cni-chain, out of a
   plugin process) names its address family, and that family is AF_NETLINK; nothing calls
   connect/listen/accept/sendmsg/recvmsg, and nothing names AF_UNIX, SCM_RIGHTS or peer
-  credentials. The one exception is spelled out
-  below: the raw IP socket through which portmap reads the legacy iptables nat table with
-  getsockopt (what iptables-legacy-save itself does), on which nothing is sent or received.
+  credentials. There is no exception: portmap does not read the legacy iptables nat table
+  through a raw IP socket (as iptables-legacy-save does) but leaves that to the tools.
 - dynamically, the plugins run under a Python audit hook that records every socket the
   process creates, binds or connects (also through the builtin `_socket`): importing every
   module, VERSION and a refused ADD (unit), and a whole ADD/CHECK/DEL chain with both
@@ -36,11 +35,6 @@ CONSTRUCTORS = {"socket", "socketpair", "fromfd", "fromshare", "create_connectio
 BANNED_METHODS = {"connect", "connect_ex", "listen", "accept", "sendmsg", "recvmsg"}
 BANNED_NAMES = {"AF_UNIX", "AF_LOCAL", "SCM_RIGHTS", "SCM_CREDENTIALS", "SO_PEERCRED",
                 "SO_PASSCRED", "SO_PEERPIDFD"}  # fmt: skip
-# (file, function) -> the families, type and protocol its one socket may have.
-RAW_IP_READER = ("portmap/go_takeover.py", "_legacy_nat_blob")
-RAW_IP = ({"AF_INET", "AF_INET6"}, {"SOCK_RAW"}, {"IPPROTO_RAW"})
-# What may be done with the raw IP socket there: read through getsockopt, and close it.
-RAW_IP_IO = {"send", "sendto", "sendall", "recv", "recvfrom", "recv_into", "bind"}
 
 
 def _names(node: ast.AST) -> set[str]:
@@ -99,8 +93,6 @@ class _Scan(ast.NodeVisitor):
         where = self._where(node)
         if isinstance(func, ast.Attribute) and name in BANNED_METHODS:
             self.problems.append(f"{where} calls .{name}()")
-        if (self.rel, self.function) == RAW_IP_READER and name in RAW_IP_IO:
-            self.problems.append(f"{where} does I/O (.{name}) on the raw IP socket")
         if name in CONSTRUCTORS:
             self.sites.append((self.rel, self.function))
             self._check_constructor(node, name, where)
@@ -112,12 +104,7 @@ class _Scan(ast.NodeVisitor):
             return
         family = _arg(node, 0, "family")
         families = _constants(family, "AF_")
-        if (self.rel, self.function) == RAW_IP_READER:
-            shape = (families, _constants(_arg(node, 1, "type"), "SOCK_"),
-                     _constants(_arg(node, 2, "proto"), "IPPROTO_"))  # fmt: skip
-            if not (shape[0] and shape[0] <= RAW_IP[0] and shape[1:] == RAW_IP[1:]):
-                self.problems.append(f"{where} opens {shape}, not a raw IP socket")
-        elif families != {"AF_NETLINK"}:
+        if families != {"AF_NETLINK"}:
             said = ", ".join(sorted(families)) or "no literal family"
             self.problems.append(f"{where} opens a socket of {said}: only AF_NETLINK is allowed")
 
@@ -135,7 +122,7 @@ def test_the_plugins_code_opens_only_netlink_sockets() -> None:
     assert problems == []
     # The scan sees the sockets there are (it would pass vacuously if it saw none).
     assert ("common/rtnl.py", "__init__") in sites
-    assert set(sites) <= {("common/rtnl.py", "__init__"), RAW_IP_READER}
+    assert set(sites) == {("common/rtnl.py", "__init__")}
 
 
 # ---------------------------------------------------------------------------- at run time
@@ -182,15 +169,10 @@ def _events(log: Path) -> list[tuple[str, str, int, int, int]]:
 
 
 def _not_netlink(events: list[tuple[str, str, int, int, int]]) -> list[object]:
-    """Events other than making and binding a netlink socket, and making the raw IP socket
-    that reads the legacy iptables nat table (portmap only, never bound or used for I/O)."""
-    raw_ip = {(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW),
-              (socket.AF_INET6, socket.SOCK_RAW, socket.IPPROTO_RAW)}  # fmt: skip
+    """Events other than making and binding a netlink socket."""
     bad: list[object] = []
     for who, event, family, kind, proto in events:
         if family == socket.AF_NETLINK and event in ("socket.__new__", "socket.bind"):
-            continue
-        if who == "portmap" and event == "socket.__new__" and (family, kind, proto) in raw_ip:
             continue
         bad.append((who, event, family, kind, proto))
     return bad
