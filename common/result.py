@@ -238,8 +238,7 @@ def _interface_index(obj: JsonObject, interfaces: int) -> int | None:
     if index is not None and not 0 <= index < interfaces:
         where = f"0 to {interfaces - 1}" if interfaces else "the result has none"
         raise invalid_config(
-            f"{obj.path('interface')} is {str(index)[:24]}, not an index into interfaces "
-            f"({where})",
+            f"{obj.path('interface')} is {str(index)[:24]}, not an index into interfaces ({where})",
             "leave it out for an address that is not tied to one of the interfaces",
         )
     return index

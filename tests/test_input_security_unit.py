@@ -496,10 +496,10 @@ def test_symlinks_in_our_own_state_dir_are_never_written_through(tmp_path: Path)
     assert e.value.code == 5
     sd.write_json("a.json", {"a": 1})
     sd.write_json("b.json", {"b": 1})
-    assert sd.read_json("a.json") == {"a": 1} and sd.read_json("b.json") == {"b": 1}
+    assert sd.read_bytes("a.json") == b'{"a": 1}' and sd.read_bytes("b.json") == b'{"b": 1}'
     assert not (d / "a.json").is_symlink()
     with pytest.raises(CniError):
-        sd.read_json("c.json")  # not followed either
+        sd.read_bytes("c.json")  # not followed either
     targets_unchanged(tmp_path)
 
 
@@ -509,5 +509,5 @@ def test_our_own_state_dir_is_still_made_private(tmp_path: Path) -> None:
     d.chmod(0o755)
     sd = StateDir(str(d))
     sd.write_json("x.json", {"x": 1})
-    assert d.stat().st_mode & 0o777 == 0o700 and sd.read_json("x.json") == {"x": 1}
+    assert d.stat().st_mode & 0o777 == 0o700 and sd.read_bytes("x.json") == b'{"x": 1}'
     assert (d / "x.json").stat().st_mode & 0o777 == 0o600

@@ -165,9 +165,9 @@ def test_container_ips_selects_sandboxed_interface() -> None:
 @pytest.mark.parametrize("index", [-1, 10**30, 1, 2**63])
 def test_an_interface_index_that_points_at_no_interface_is_error_7(index: int) -> None:
     """The schema: an index into `interfaces`, minimum 0; -1 and 10**30 used to pass."""
-    prev = {"interfaces": [{"name": "eth0", "sandbox": "/run/netns/x"}],
-            "ips": [{"address": "10.0.0.2/24", "interface": 0},
-                    {"address": "10.0.0.3/24", "interface": index}]}  # fmt: skip
+    prev: dict[str, Any] = {"interfaces": [{"name": "eth0", "sandbox": "/run/netns/x"}],
+                            "ips": [{"address": "10.0.0.2/24", "interface": 0},
+                                    {"address": "10.0.0.3/24", "interface": index}]}  # fmt: skip
     with pytest.raises(CniError) as e:
         Result.from_json(json.loads(json.dumps(prev)), "1.0.0")
     assert e.value.code == 7, e.value
