@@ -42,8 +42,9 @@ GO_COMMENT = 'dnat name: "{}" id: "{}"'
 MULTIPORT_PORTS = 15  # what one multiport match holds (a range takes two)
 VARIANTS = ("nft", "legacy")
 VARIANT_ENV = "CNI_META_IPTABLES"
-# Runtimes exec plugins with all sorts of PATHs (or none): look where distributions put it.
-TOOL_DIRS = ("/usr/sbin", "/sbin", "/usr/bin", "/bin", "/usr/local/sbin")
+# The only directories a tool is run from (absolute, root's own), never PATH: runtimes
+# exec plugins with all sorts of PATHs (or none, or relative entries).
+TOOL_DIRS = ("/usr/sbin", "/sbin", "/usr/bin", "/bin", "/usr/local/sbin", "/usr/local/bin")
 Words = list[str]
 
 
@@ -219,9 +220,13 @@ def restore(variant: str, family: int, lines: list[str]) -> str:
 
 
 def host_default() -> str:
-    """The variant of the host's `iptables` command (Debian/RHEL alternatives)."""
-    for d in [*os.environ.get("PATH", "").split(":"), *TOOL_DIRS]:
-        path = os.path.join(d or ".", "iptables")
+    """The variant of the host's `iptables` command (Debian/RHEL alternatives).
+
+    Looked up in TOOL_DIRS only, never in PATH: PATH is whatever the runtime had, and an
+    entry in it that is relative (or empty: the working directory) or writable by others
+    would make root run the `iptables` it names."""
+    for d in TOOL_DIRS:
+        path = os.path.join(d, "iptables")
         if not os.access(path, os.X_OK):
             continue
         real = os.path.basename(os.path.realpath(path))
