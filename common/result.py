@@ -231,10 +231,14 @@ def _read_ip(
 
 def _interface_index(obj: JsonObject, interfaces: int) -> int | None:
     """ips[].interface: absent, or an index into the result's `interfaces` (the spec's
-    schema: an integer, minimum 0). Anything else (-1, which a few 0.3.0-era plugins
-    wrote for "none", or 10**30, which Go's decoder refuses) is error 7 here rather than
-    passed on for the next plugin or the runtime to trip over."""
+    schema: an integer, minimum 0). -1 is what some 0.3.0-era plugins wrote for "no
+    interface", which the spec asks consumers to take gracefully: it reads as absent (and
+    is left out of the result passed on). Any other value that points at no interface
+    (-2, 10**30, past the end) is error 7 here rather than passed on for the next plugin
+    or the runtime to trip over."""
     index: int | None = obj.integer("interface")
+    if index == -1:
+        return None
     if index is not None and not 0 <= index < interfaces:
         where = f"0 to {interfaces - 1}" if interfaces else "the result has none"
         raise invalid_config(

@@ -162,9 +162,9 @@ def test_container_ips_selects_sandboxed_interface() -> None:
     assert r.container_ips("veth1") == []
 
 
-@pytest.mark.parametrize("index", [-1, 10**30, 1, 2**63])
+@pytest.mark.parametrize("index", [-2, 10**30, 1, 2**63])
 def test_an_interface_index_that_points_at_no_interface_is_error_7(index: int) -> None:
-    """The schema: an index into `interfaces`, minimum 0; -1 and 10**30 used to pass."""
+    """The schema: an index into `interfaces`, minimum 0; -2 and 10**30 used to pass."""
     prev: dict[str, Any] = {"interfaces": [{"name": "eth0", "sandbox": "/run/netns/x"}],
                             "ips": [{"address": "10.0.0.2/24", "interface": 0},
                                     {"address": "10.0.0.3/24", "interface": index}]}  # fmt: skip
@@ -178,6 +178,17 @@ def test_an_interface_index_that_points_at_no_interface_is_error_7(index: int) -
     with pytest.raises(CniError) as e:
         Result.from_json(prev, "1.0.0")
     assert "(the result has none)" in e.value.msg
+
+
+def test_an_interface_index_of_minus_one_reads_as_none() -> None:
+    """Some 0.3.0-era plugins wrote -1 for "no interface"; the spec's upgrade notes ask
+    consumers to handle it gracefully: such an address is tied to no interface."""
+    prev = {"cniVersion": "1.0.0", "interfaces": [{"name": "eth0", "sandbox": "/x"}],
+            "ips": [{"address": "10.0.0.2/24", "interface": 0},
+                    {"address": "10.0.0.3/24", "interface": -1}], "dns": {}}  # fmt: skip
+    r = Result.from_json(json.loads(json.dumps(prev)), "1.0.0")
+    assert [ip.address for ip in r.container_ips("eth0")] == ["10.0.0.2/24", "10.0.0.3/24"]
+    assert r.to_json("1.0.0")["ips"][1] == {"address": "10.0.0.3/24"}
 
 
 def test_an_interface_index_in_range_or_absent_passes_through() -> None:
