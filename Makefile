@@ -96,6 +96,15 @@ bench: deps
 	  PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) bench/$$b.py $(BENCH_ARGS) || exit 1; \
 	done
 
+# `make image`: the DaemonSet's image (deploy/Containerfile), built offline by
+# deploy/build-image.sh: FROM scratch, the bundle (pyroute2 copied from the venv), a static
+# busybox and deploy/install.sh. Prints the tag (IMAGE=... sets it) and the digest.
+IMAGE ?=
+.PHONY: image
+image: deps
+	deploy/build-image.sh --deps-from "$$(echo $(VENV)/lib/python3*/site-packages)" \
+	  $(if $(IMAGE),--tag $(IMAGE))
+
 # README: `make install` (or `sudo deploy/install.sh`) puts portmap, bandwidth and tuning
 # into $(CNI_BIN_DIR), running from their own venv under $(CNI_META_PREFIX).
 install:
