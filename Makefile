@@ -64,6 +64,7 @@ lint: deps
 	$(VENV)/bin/deptry .
 	$(VENV)/bin/deptry tests bench --exclude '\.venv' --ignore DEP002,DEP004
 	$(VENV)/bin/vulture
+	$(VENV)/bin/kubernetes-validate --strict --quiet $$(find deploy/kubernetes -name '*.yaml' -o -name '*.yml')
 	@links=$$(git ls-files -s 2>/dev/null | awk '$$1 == "120000" {print $$4}'); \
 	if [ -n "$$links" ]; then echo "tracked symlinks (a venv taken in by mistake?): $$links"; exit 1; fi
 
