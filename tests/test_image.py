@@ -14,6 +14,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -24,6 +25,7 @@ from typing import Any
 import pytest
 
 from tests.harness.plugins import GO_BIN, OUR_BIN, REPO
+from tests.harness.runtimes import stop_process, wait_for
 
 BUILD_IMAGE = REPO / "deploy" / "build-image.sh"
 MANIFESTS = REPO / "deploy" / "kubernetes"
@@ -305,3 +307,39 @@ def test_manifests_install_and_uninstall_as_the_kubelet_would_run_them(
             check(node)
     # The prefix dir itself is a mount point in the container: it stays, empty.
     assert tree(node) == before
+
+
+def keepalive_sleeps() -> bool:
+    """The keepalive loop is in its `sleep 3600`, as nobody: its TERM trap is set."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+            status = Path(f"/proc/{entry}/status").read_text()
+        except OSError:
+            continue
+        uid = re.search(r"^Uid:\s+(\d+)", status, re.MULTILINE)
+        if cmdline == b"sleep\x003600\x00" and uid is not None and uid.group(1) == "65534":
+            return True
+    return False
+
+
+@pytest.mark.root
+@pytest.mark.slow
+def test_keepalive_container_idles_as_nobody_and_stops_on_term(
+    podman: PrivatePodman, image: str, tmp_path: Path
+) -> None:
+    """The DaemonSet's main container: its shell loop runs in the image as the manifest
+    runs it (uid 65534, no capabilities, read-only root) and exits 0 on SIGTERM."""
+    pod = pod_spec("daemonset.yaml")
+    (keepalive,) = pod["containers"]
+    argv = podman.jailed([*podman.command, "run", *kubelet_run_args(keepalive, pod, tmp_path)])
+    proc = subprocess.Popen(argv, env=podman.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        wait_for(keepalive_sleeps, timeout=120, what="the keepalive container's sleep")
+        proc.send_signal(signal.SIGTERM)  # podman run passes it on to the container
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err.decode()
+    finally:
+        stop_process(proc)
