@@ -11,6 +11,8 @@
 #   deploy/build-image.sh --tag registry.example/cni-meta-plugins:0.1.0
 #   deploy/build-image.sh --deps-from SITE_PACKAGES   # pyroute2 from this environment
 #                                                     # (no PyPI either; what make image does)
+# Other options: --context DIR (the build context, default build/image of this checkout),
+# --python PY (the bundle's interpreter, default /usr/bin/python3), --busybox PATH.
 # PODMAN may name the podman command with global options, e.g.
 #   PODMAN="podman --root /tmp/s --runroot /tmp/r --storage-driver vfs"
 # The build runs no command in a container (COPY only), so it needs no container runtime
@@ -35,7 +37,7 @@ while [ $# -gt 0 ]; do
         --busybox) busybox=${2:?--busybox needs a path}; shift 2 ;;
         --deps-from) deps_from=${2:?--deps-from needs a site-packages dir}; shift 2 ;;
         --context) context=${2:?--context needs a directory}; shift 2 ;;
-        -h|--help) sed -n '2,18s/^# \{0,1\}//p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,20s/^# \{0,1\}//p' "$0"; exit 0 ;;
         *) die "unknown argument: $1" ;;
     esac
 done
@@ -46,14 +48,14 @@ if ldd "$busybox" >/dev/null 2>&1; then
     die "$busybox is dynamically linked: install Debian's busybox-static (or use --busybox)"
 fi
 
-rm -rf "$context"
+# Only the rootfs below the context is ours to replace (--context may name any directory).
 rootfs="$context/rootfs"
+rm -rf "$rootfs"
 mkdir -p "$rootfs/bin" "$rootfs/etc" "$rootfs/host" "$rootfs/tmp"
 chmod 1777 "$rootfs/tmp"
-bundle_args="--python $python --source $repo"
-[ -z "$deps_from" ] || bundle_args="$bundle_args --deps-from $deps_from"
-# shellcheck disable=SC2086  # word splitting of the option list is intended
-"$repo/deploy/build-bundle.sh" "$rootfs/bundle" $bundle_args >/dev/null
+set -- --python "$python" --source "$repo"
+[ -z "$deps_from" ] || set -- "$@" --deps-from "$deps_from"
+"$repo/deploy/build-bundle.sh" "$rootfs/bundle" "$@" >/dev/null
 cp "$busybox" "$rootfs/bin/busybox"
 for applet in $("$busybox" --list); do
     case $applet in busybox | */*) continue ;; esac
