@@ -64,6 +64,7 @@ lint: deps
 	$(VENV)/bin/deptry .
 	$(VENV)/bin/deptry tests bench --exclude '\.venv' --ignore DEP002,DEP004
 	$(VENV)/bin/vulture
+	$(VENV)/bin/kubernetes-validate --strict --quiet $$(find deploy/kubernetes -name '*.yaml' -o -name '*.yml')
 	@links=$$(git ls-files -s 2>/dev/null | awk '$$1 == "120000" {print $$4}'); \
 	if [ -n "$$links" ]; then echo "tracked symlinks (a venv taken in by mistake?): $$links"; exit 1; fi
 
@@ -89,6 +90,15 @@ bench: deps
 	  echo "== bench/$$b.py $(BENCH_ARGS)"; \
 	  PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) bench/$$b.py $(BENCH_ARGS) || exit 1; \
 	done
+
+# `make image`: the DaemonSet's image (deploy/Containerfile), built offline by
+# deploy/build-image.sh: FROM scratch, the bundle (pyroute2 copied from the venv), a static
+# busybox and deploy/install.sh. Prints the tag (IMAGE=... sets it) and the digest.
+IMAGE ?=
+.PHONY: image
+image: deps
+	deploy/build-image.sh --deps-from "$$(echo $(VENV)/lib/python3*/site-packages)" \
+	  $(if $(IMAGE),--tag $(IMAGE))
 
 # README: `make install` (or `sudo deploy/install.sh`) puts portmap, bandwidth and tuning
 # into $(CNI_BIN_DIR), running from their own venv under $(CNI_META_PREFIX).
