@@ -358,6 +358,11 @@ def cpu_ms(cycles: list[Cycle], match: Match) -> float:
     return median([sum(e.cpu_us for e in c.execs if match(c, e)) / 1e3 for c in cycles])
 
 
+def cpu_per_exec(cycles: list[Cycle], match: Match) -> float:
+    """Median CPU time (user + sys) of one exec that `match`."""
+    return median([e.cpu_us / 1e3 for c in cycles for e in c.execs if match(c, e)])
+
+
 def counts(go: float, ours: float) -> str:
     return f"{go:g}" if go == ours else f"{go:g} / {ours:g}"
 
@@ -405,7 +410,8 @@ def breakdown(go: World, ours: World, kind: str, steps: tuple[str, ...]) -> str:
 
         gn, gw, gs = tally(per["Go"], match)
         on, ow, os_ = tally(per["ours"], match)
-        rows.append([*key, counts(gn, on), gw, ow, gs, os_, f"{os_ - gs:+.1f}"])
+        gc, oc = cpu_per_exec(per["Go"], match), cpu_per_exec(per["ours"], match)
+        rows.append([*key, counts(gn, on), gw, ow, gc, oc, gs, os_, f"{os_ - gs:+.1f}"])
 
     def summed(impl: str, what: str) -> float:
         vals = []
@@ -426,10 +432,10 @@ def breakdown(go: World, ours: World, kind: str, steps: tuple[str, ...]) -> str:
         ("no plugin running (the runtime's own time)", "idle"),
     ):
         g, o = summed("Go", what), summed("ours", what)
-        rows.append([f"**{label}**", "", "", "", "", "", g, o, f"{o - g:+.1f}"])
+        rows.append([f"**{label}**", "", "", "", "", "", "", "", g, o, f"{o - g:+.1f}"])
     return markdown_table(
-        ("step", "plugin", "verb", "execs/pod", "Go ms/exec", "ours ms/exec", "Go ms/pod",
-         "ours ms/pod", "ours-Go ms/pod"),
+        ("step", "plugin", "verb", "execs/pod", "Go ms/exec", "ours ms/exec",
+         "Go CPU ms/exec", "ours CPU ms/exec", "Go ms/pod", "ours ms/pod", "ours-Go ms/pod"),
         rows,
     )  # fmt: skip
 
@@ -474,7 +480,8 @@ def report(worlds: list[World], rounds: int, notes: list[str]) -> str:
     text += (
         "## Per step, plugin and verb\n\n"
         "Per step of the pod: how many times the runtime exec'd each plugin with each verb, "
-        "the median wall time of one exec, and the median per pod of their sum. host-local "
+        "the median wall and CPU time of one exec, and the median per pod of their wall "
+        "times' sum (wall well above CPU: waiting, for the kernel or for a busy CPU). host-local "
         "runs inside the bridge's exec (the bridge execs it), so the sums leave it out. "
         "`after`: execs logged after the pod's last step had returned.\n\n"
     )
