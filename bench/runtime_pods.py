@@ -35,12 +35,13 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -195,6 +196,34 @@ def shim_overhead_ms(workdir: Path, shim: Path, reps: int) -> float:
 # ------------------------------------------------------------------------------ worlds
 
 
+class Deferred:
+    """SIGTERM and SIGINT take effect between pods, never inside one.
+
+    A podman killed halfway through `run` leaves a conmon and a `runc init` behind that its
+    own `rm -a -f` no longer knows of; so the bench finishes the pod in hand, then unwinds
+    (every daemon, podman world and namespace removed) as bench/util.py's SIGTERM does.
+    A second signal unwinds at once.
+    """
+
+    signum = 0
+
+    def arm(self) -> None:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._note)
+
+    def _note(self, signum: int, _frame: Any) -> None:
+        if self.signum:  # asked twice: stop now, whatever is left behind
+            raise SystemExit(128 + signum)
+        self.signum = signum
+
+    def checkpoint(self) -> None:
+        if self.signum:
+            raise SystemExit(128 + self.signum)
+
+
+STOP = Deferred()
+
+
 @dataclass
 class Cycle:
     """One recorded pod: its steps' [start, end] (monotonic ns) and the execs it caused."""
@@ -234,6 +263,7 @@ class World:
             self.pending = None
 
     def pod(self, kind: str, n: int, record: bool) -> None:
+        STOP.checkpoint()
         self.settle()
         steps = self.run_pod(kind, f"{kind}-{n}")
         if record:
@@ -310,7 +340,17 @@ def podman_world(impl: str, host: Netns, workdir: Path, trace: Trace) -> Iterato
             pm = stack.enter_context(podman(host, workdir / f"podman-{kind}", [str(trace.bin)], {}))
             podman_network(pm, kind, i)
             world.pms[kind] = pm
+            stack.callback(kill_leftovers, pm)  # runs before podman()'s own cleanup
         yield world
+
+
+def kill_leftovers(pm: Podman) -> None:
+    """Last resort after an error inside a pod: podman's processes still in its mounts."""
+    pm.remove_all()
+    if pm.jail is not None:
+        for pid in pm.jail.processes():
+            with suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 # ------------------------------------------------------------------------------ report
@@ -530,6 +570,7 @@ def main() -> None:
     ap.add_argument("--runtimes", default="containerd,podman")
     args = ap.parse_args()
     quick_mode(args.quick)
+    STOP.arm()
     rounds = 2 if args.quick else args.rounds
     runtimes = args.runtimes.split(",")
     need = {"containerd": ("containerd", "ctr", "runc"), "podman": ("podman", "runc")}
