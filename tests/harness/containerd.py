@@ -159,6 +159,7 @@ class Containerd:
     workdir: Path
     cni_dirs: list[str]
     env: dict[str, str] = field(default_factory=dict)
+    extra_plugins: tuple[dict[str, Any], ...] = ()  # appended to the conflist's chain
     # gRPC socket paths must stay under 108 bytes: keep them out of pytest's long tmp paths.
     short: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="cmpt-ctd-")))
     jail: MountJail | None = None
@@ -175,7 +176,7 @@ class Containerd:
         return self.workdir / "net.d"
 
     def start(self, conflist: str) -> None:
-        write_conflist(conflist, self.conf_dir, self.workdir)
+        write_conflist(conflist, self.conf_dir, self.workdir, self.extra_plugins)
         bin_dir = merged_bin_dir(self.workdir / "cni-bin", self.cni_dirs)
         cfg = self.workdir / "containerd.toml"
         cfg.write_text(config_toml(self.workdir, self.sock, [str(bin_dir)], self.conf_dir))
