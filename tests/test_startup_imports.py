@@ -71,40 +71,49 @@ NOT_FOR = {
     "tuning": ("pyroute2.netlink.rtnl.tcmsg", "portmap", "bandwidth"),
     "portmap-nftables": ("portmap.xtables", "pyroute2"),
     "portmap-iptables": ("portmap.libnftables", "pyroute2"),
-    "bandwidth": ("portmap", "tuning"),
+    # pyroute2's tcmsg package would import every qdisc and classifier it knows.
+    "bandwidth": (
+        "portmap",
+        "tuning",
+        "dataclasses",
+        "inspect",
+        "pyroute2.netlink.rtnl.tcmsg.sched_htb",
+        "pyroute2.netlink.rtnl.tcmsg.sched_cake",
+        "pyroute2.netlink.rtnl.tcmsg.cls_basic",
+    ),
 }
 
 # Modules imported beyond the bare launcher's, per plugin and verb (Python 3.11, pyroute2
 # 0.9.7). Raise one only for an import the verb really needs. Where
-# the counts go: VERSION is the plugin, common.fastpath, skel, jsontext, versions and
-# errors (not even os); portmap with nftables adds its own modules (portmap.libnftables,
-# the one binding of libnftables, among them), os, ipaddress, ctypes and contextlib;
-# iptables adds portmap.xtables, which runs iptables-restore/-save through posix_spawn
-# (no subprocess module), and portmap.netlink with common.rtnl (the one netlink
-# transport, builtin modules only, ~0.4 ms) for the UDP conntrack flush; tuning adds
-# pyroute2's link messages (~70 with what pyroute2 imports: typing, logging, threading,
-# multiprocessing, platform, re); bandwidth adds tcmsg and
-# its qdisc and classifier modules on top (~55 more, dataclasses and inspect among them).
+# the counts go: VERSION is the plugin, skel, jsontext, versions and errors (not even
+# os); portmap with nftables adds its own modules (portmap.libnftables, the one binding
+# of libnftables, among them), os, ipaddress, ctypes and contextlib; iptables adds
+# portmap.xtables, which runs iptables-restore/-save through posix_spawn (no subprocess
+# module), and portmap.netlink with common.rtnl (the one netlink transport, builtin
+# modules only, ~0.4 ms) for the UDP conntrack flush; tuning adds pyroute2's link
+# messages (~70 with what pyroute2 imports: typing, logging, threading, multiprocessing,
+# platform, re); bandwidth adds the tc modules of the kinds it sends and reads (tbf,
+# ingress, u32 with its actions: ~20 more), not pyroute2's whole tcmsg package.
 BUDGET = {
-    ("portmap", "VERSION"): 11,
-    ("bandwidth", "VERSION"): 11,
-    ("tuning", "VERSION"): 11,
-    ("portmap-nftables", "ADD"): 55,
-    ("portmap-nftables", "CHECK"): 55,
-    ("portmap-nftables", "DEL"): 54,
-    ("portmap-iptables", "ADD"): 53,
-    ("portmap-iptables", "CHECK"): 52,
-    ("portmap-iptables", "DEL"): 53,
-    ("bandwidth", "ADD"): 180,
-    ("bandwidth", "CHECK"): 179,
-    ("bandwidth", "DEL"): 177,
-    ("tuning", "ADD"): 123,
-    ("tuning", "CHECK"): 123,
-    ("tuning", "DEL"): 123,
+    ("portmap", "VERSION"): 9,
+    ("bandwidth", "VERSION"): 9,
+    ("tuning", "VERSION"): 9,
+    ("portmap-nftables", "ADD"): 54,
+    ("portmap-nftables", "CHECK"): 54,
+    ("portmap-nftables", "DEL"): 53,
+    ("portmap-iptables", "ADD"): 52,
+    ("portmap-iptables", "CHECK"): 51,
+    ("portmap-iptables", "DEL"): 52,
+    ("bandwidth", "ADD"): 140,
+    ("bandwidth", "CHECK"): 139,
+    ("bandwidth", "DEL"): 137,
+    ("tuning", "ADD"): 121,
+    ("tuning", "CHECK"): 121,
+    ("tuning", "DEL"): 121,
 }
 
 # deploy/install.sh's launcher, run as `python -IS -X importtime LAUNCHER` (a shebang
-# passes at most one argument to the interpreter).
+# passes at most one argument to the interpreter), dumping sys.modules at whichever exit.
 LAUNCHER = """\
 import sys
 sys.path[:0] = {paths!r}
@@ -113,6 +122,13 @@ def _dump_modules():
         f.write("\\n".join(sorted(sys.modules)))
 import atexit
 atexit.register(_dump_modules)
+# A plugin ends with posix._exit (common.finish), which runs no atexit handler.
+import posix
+_exit = posix._exit
+def _dump_and_exit(status):
+    _dump_modules()
+    _exit(status)
+posix._exit = _dump_and_exit
 {body}
 """
 
