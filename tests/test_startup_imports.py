@@ -100,10 +100,10 @@ BUDGET = {
     ("tuning", "VERSION"): 9,
     ("portmap-nftables", "ADD"): 54,
     ("portmap-nftables", "CHECK"): 54,
-    ("portmap-nftables", "DEL"): 53,
+    ("portmap-nftables", "DEL"): 52,  # no plan (nor ipaddress) when the state file says
     ("portmap-iptables", "ADD"): 52,
     ("portmap-iptables", "CHECK"): 51,
-    ("portmap-iptables", "DEL"): 52,
+    ("portmap-iptables", "DEL"): 51,
     ("bandwidth", "ADD"): 140,
     ("bandwidth", "CHECK"): 139,
     ("bandwidth", "DEL"): 137,
