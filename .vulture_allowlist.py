@@ -6,8 +6,8 @@
 # common/skel.py names a lazily imported verb after its target, for tracebacks and repr.
 _.__qualname__
 
-# Parameters fixed by a protocol, not chosen: signal handlers (signum, frame) in
-# common/state.py and cnihelper/server.py, and __exit__'s traceback in tuning/apply.py.
+# Parameters fixed by a protocol, not chosen: the signal handler's (signum, frame) in
+# common/state.py, and __exit__'s traceback in tuning/apply.py.
 signum
 frame
 tb
@@ -41,6 +41,9 @@ _.domain
 # tbf options with the 64-bit rate attributes).
 _.nla_map
 
-# common/fastpath.py's entry point: common.entry no longer calls it (the resident helper
-# is being retired); this line goes with that module.
-delegate
+# cnichain's public API (docs/python-api.md) for users' tests: what only examples/ and
+# tests/ call, and the pytest plugin's fixtures, which pytest finds by name.
+_.attach
+_.container
+_.detach
+cni_chain

@@ -7,27 +7,41 @@ PYTHON_BASE ?= /usr/bin/python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
-APT_PACKAGES := iproute2 nftables iptables libnftables1 containernetworking-plugins \
-	gcc python3-dev python3-venv conntrack curl ca-certificates \
+# `make demo` installs only what tests/demo.py uses: ip and tc, nft and libnftables (portmap's
+# default backend), the Go bridge and host-local the demo chain starts with, curl, and venv.
+# `make test` adds the iptables backend's tools, conntrack, the real runtimes (podman, runc,
+# containerd), Go and Debian's libcni sources (the tests' libcni client is built from them)
+# and busybox (the runtimes' container images). README lists both, word for word.
+DEMO_APT := iproute2 nftables libnftables1 containernetworking-plugins curl python3-venv
+TEST_APT := $(DEMO_APT) iptables conntrack gcc python3-dev ca-certificates \
 	podman runc containerd golang-go golang-github-appc-cni-dev busybox-static
+APT_PACKAGES := $(TEST_APT)
 CNI_BIN_DIR ?= /opt/cni/bin
 CNI_META_PREFIX ?= /opt/cni-meta-plugins
 INSTALL_APT := python3-venv python3-dev gcc libnftables1 iptables
 
-.PHONY: all deps apt venv lint test test-unit test-runtimes fuzz demo bench install install-helper uninstall clean
+.PHONY: all deps apt apt-demo venv lint test test-unit test-runtimes fuzz demo bench install uninstall dist clean
 
 all: test
 
+# Docker's containerd.io package ships containerd and runc and conflicts with Debian's:
+# where it is installed it stands for both (apt would otherwise remove it).
+installed = dpkg-query -W -f='$${Status}' $(1) 2>/dev/null | grep -q "ok installed"
 apt:
 	@missing=""; for p in $(APT_PACKAGES); do \
-	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
+	  $(call installed,$$p) && continue; \
+	  case $$p in containerd|runc) $(call installed,containerd.io) && continue;; esac; \
+	  missing="$$missing $$p"; \
 	done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
 
-$(VENV)/.installed: pyproject.toml | apt
+apt-demo:
+	@$(MAKE) --no-print-directory apt APT_PACKAGES="$(DEMO_APT)"
+
+$(VENV)/.installed: pyproject.toml | apt-demo
 	test -x $(PY) || $(PYTHON_BASE) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip setuptools wheel
 	$(PY) -m pip install -q -e '.[test]' --config-settings editable_mode=compat
@@ -50,23 +64,18 @@ lint: deps
 	$(VENV)/bin/deptry .
 	$(VENV)/bin/deptry tests bench --exclude '\.venv' --ignore DEP002,DEP004
 	$(VENV)/bin/vulture
+	$(VENV)/bin/kubernetes-validate --strict --quiet $$(find deploy/kubernetes -name '*.yaml' -o -name '*.yml')
 	@links=$$(git ls-files -s 2>/dev/null | awk '$$1 == "120000" {print $$4}'); \
 	if [ -n "$$links" ]; then echo "tracked symlinks (a venv taken in by mistake?): $$links"; exit 1; fi
 
 # pytest exits 5 when it collected nothing: that is a failure here, like any non-zero code.
-# The second run puts the plugins' kernel tests through a resident helper (cnihelper/server.py):
-# a served call must behave exactly like one the executable runs itself.
-HELPER_SUITES := tests/test_portmap.py tests/test_bandwidth_netns.py tests/test_tuning.py \
-	tests/test_chain.py
 test: lint
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest $(PYTEST_ARGS)
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -p tests.harness.helper -m root \
-	  $(HELPER_SUITES) $(PYTEST_ARGS)
 
 test-unit: deps
 	$(PY) -m pytest -m "not root" $(PYTEST_ARGS)
 
-demo: deps
+demo: apt-demo venv
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) tests/demo.py
 
 # Regenerates bench/results/ (about 20 minutes on a 2-core VM; portmap_scale builds up 5000
@@ -82,26 +91,33 @@ bench: deps
 	  PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) bench/$$b.py $(BENCH_ARGS) || exit 1; \
 	done
 
+# `make image`: the DaemonSet's image (deploy/Containerfile), built offline by
+# deploy/build-image.sh: FROM scratch, the bundle (pyroute2 copied from the venv), a static
+# busybox and deploy/install.sh. Prints the tag (IMAGE=... sets it) and the digest.
+IMAGE ?=
+.PHONY: image
+image: deps
+	deploy/build-image.sh --deps-from "$$(echo $(VENV)/lib/python3*/site-packages)" \
+	  $(if $(IMAGE),--tag $(IMAGE))
+
 # README: `make install` (or `sudo deploy/install.sh`) puts portmap, bandwidth and tuning
 # into $(CNI_BIN_DIR), running from their own venv under $(CNI_META_PREFIX).
 install:
 	@$(MAKE) --no-print-directory apt APT_PACKAGES="$(INSTALL_APT)"
 	deploy/install.sh --python $(PYTHON_BASE) --bin-dir $(CNI_BIN_DIR) --prefix $(CNI_META_PREFIX)
 
-# `make install-helper`: the same, then the resident helper (docs/helper.md) as the systemd
-# unit cni-meta-helper, started now and at every boot. `make uninstall` removes it too.
-HELPER_UNIT := /etc/systemd/system/cni-meta-helper.service
-install-helper: install
-	sed 's|/opt/cni-meta-plugins|$(CNI_META_PREFIX)|g' deploy/cni-meta-helper.service >$(HELPER_UNIT)
-	systemctl daemon-reload
-	systemctl enable --now cni-meta-helper.service
-
 uninstall:
-	if [ -f $(HELPER_UNIT) ]; then systemctl disable --now cni-meta-helper.service; \
-	  rm -f $(HELPER_UNIT); systemctl daemon-reload; fi
 	deploy/install.sh --uninstall --bin-dir $(CNI_BIN_DIR) --prefix $(CNI_META_PREFIX)
 
-# The runtime suites (podman, cnitool, containerd, install) also run in `make test`.
+# `make dist`: a wheel and an sdist in dist/ (PEP 517, through `build`). The wheel is built
+# from the sdist, which proves the sdist holds what a build needs. --no-isolation: the
+# venv's setuptools builds it, so no download (offline once `make deps` has run).
+dist: venv
+	rm -rf dist
+	$(PY) -m build --no-isolation --outdir dist .
+	@ls -l dist
+
+# The runtime suites (podman, libcni client, containerd, install) also run in `make test`.
 test-runtimes: deps
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest tests/runtimes tests/test_install.py $(PYTEST_ARGS)
 
@@ -114,4 +130,4 @@ fuzz: deps
 	  PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest tests/test_fuzz.py $(PYTEST_ARGS)
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .import_linter_cache
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .import_linter_cache

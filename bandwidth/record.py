@@ -21,11 +21,17 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from common.log import Log
+
 PLUGIN = "bandwidth"
+# The keys of a record that must hold a non-empty string.
+_NAMES = ("network", "containerID", "ifname", "mode", "device", "ifb")
+_OWNS = ("ownsDeviceTbf", "ownsIngressQdisc")  # optional: absent is False
+MAX_IFINDEX = 2**31 - 1  # the kernel's ifindex is a positive int
 
 
-def store() -> AttachmentStore:
-    return AttachmentStore(plugin_dir(PLUGIN), Record)
+def store(log: Log | None = None) -> AttachmentStore:
+    return AttachmentStore(plugin_dir(PLUGIN), Record, log)
 
 
 class Record(Value):
@@ -62,23 +68,35 @@ class Record(Value):
 
     @classmethod
     def from_json(cls, raw: Any) -> Record | None:
-        """A record, or None for anything that is not one (a foreign or damaged file)."""
+        """A record; None for what is not even an object. Nothing is coerced: a value that
+        is not as to_json writes it is a ValueError naming it (the store then treats the
+        file as unusable, which DEL and GC remove), where a "deviceIndex" of 1e400 or -1
+        or an "ownsDeviceTbf" of "false" would make DEL look at, or remove, what is not
+        ours."""
         if not isinstance(raw, dict):
             return None
-        try:
-            record = cls(
-                network=str(raw["network"]),
-                container_id=str(raw["containerID"]),
-                ifname=str(raw["ifname"]),
-                mode=str(raw["mode"]),
-                device=str(raw["device"]),
-                device_index=int(raw["deviceIndex"]),
-                netns=str(raw.get("netns", "")),
-                ifb=str(raw["ifb"]),
-                ownership=Ownership(
-                    bool(raw.get("ownsDeviceTbf")), bool(raw.get("ownsIngressQdisc"))
-                ),
-            )
-        except (KeyError, TypeError, ValueError):
-            return None
-        return record if record.mode in (HOST, CONTAINER) else None
+        for key in _NAMES:
+            if not isinstance(raw.get(key), str) or not raw[key]:
+                raise ValueError(f"{key} is not a non-empty string")
+        if raw["mode"] not in (HOST, CONTAINER):
+            raise ValueError(f"mode is neither {HOST!r} nor {CONTAINER!r}")
+        index = raw.get("deviceIndex")
+        if type(index) is not int or not 0 < index <= MAX_IFINDEX:  # (a bool is an int too)
+            raise ValueError(f"deviceIndex is not an ifindex (1 to {MAX_IFINDEX})")
+        netns = raw.get("netns", "")
+        if not isinstance(netns, str):
+            raise ValueError("netns is not a string")
+        owns = [raw.get(key, False) for key in _OWNS]
+        if not all(isinstance(v, bool) for v in owns):
+            raise ValueError(f"{' or '.join(_OWNS)} is not true or false")
+        return cls(
+            network=raw["network"],
+            container_id=raw["containerID"],
+            ifname=raw["ifname"],
+            mode=raw["mode"],
+            device=raw["device"],
+            device_index=index,
+            netns=netns,
+            ifb=raw["ifb"],
+            ownership=Ownership(*owns),
+        )

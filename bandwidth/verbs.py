@@ -91,7 +91,7 @@ def add(request: Request) -> Result | None:
     if not cfg.shapes_anything:
         return None  # nothing to shape: pass prevResult through, like upstream
     ifb, alias = _names(request)
-    states = record.store()
+    states = record.store(request.log)
     with ExitStack() as stack:
         placement, want, sock = _locate_and_plan(request, cfg, stack)
         device = placement.device
@@ -207,12 +207,12 @@ def delete(request: Request) -> None:
     from bandwidth import tc
 
     ifb, alias = _names(request)
-    states = record.store()
+    states = record.store(request.log)
     with states.lock(), tc.Rtnl() as host:
         rec = states.load(request)
         _teardown(host, rec, request.netns, request.ifname, ifb=ifb, alias=alias)
-        if rec is not None:
-            states.forget(request)
+        # An unusable record goes too: no later DEL could use it either.
+        states.forget(request)
 
 
 def gc(request: Request) -> None:
@@ -221,9 +221,14 @@ def gc(request: Request) -> None:
 
     valid = valid_attachments(request.conf.body)
     network = request.network
-    states = record.store()
+    states = record.store(request.log)
     before = states.stamps()
     with states.lock(), tc.Rtnl() as host:
+        # Records nobody can use (damaged files; their names do not say whose): the
+        # ifbs they described are found by their aliases below.
+        for name, problem in states.unusable(before):
+            states.remove(name)
+            request.log.warning(f"gc: removed unusable state file {states.path(name)}: {problem}")
         stale, in_flight = states.sweep(network, valid, before)
         for rec in in_flight:
             valid.add(AttachmentId(rec.container_id, rec.ifname))  # its ifb too, below

@@ -4,8 +4,7 @@ One conflist (Go bridge + host-local, then portmap, bandwidth, tuning with a por
 both directions shaped, a mac, an mtu and a sysctl), run the way libcni runs it: ADD in
 order with each result threaded into the next plugin's prevResult, DEL in reverse with the
 final result. Only which binaries run differs, chosen by CNI_PATH like a runtime does:
-Go's (/usr/lib/cni), ours first (without the resident helper: CNI_META_HELPER=off), and
-ours with the helper (a `python -m cnihelper.server` in the host netns).
+Go's (/usr/lib/cni) or ours first.
 
 Each round and implementation (order rotating) gets a fresh container netns: bridge ADD
 (untimed), the three meta plugins' ADDs, their DELs (reverse order), bridge DEL (untimed).
@@ -13,7 +12,7 @@ Only the six meta-plugin processes are timed, each exec'd by bench/spawn.c from 
 implementation's own throwaway host netns (setns; no `ip netns exec`). The chain figure
 is the median over rounds of the per-round sum of the six calls.
 
-  python bench/meta_chain.py [--rounds N] [--quick] [--no-helper]
+  python bench/meta_chain.py [--rounds N] [--quick]
       -> bench/results/meta_chain.md, meta_chain.png (every sample: results/raw/)
 """
 
@@ -23,7 +22,6 @@ import argparse
 import json
 import sys
 import tempfile
-import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,22 +31,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.util import (
     GO_BIN,
-    HELPER_ARGS,
     SYSTEM_PATH,
     Call,
-    Helper,
     Spawner,
     add_launcher_args,
     build_spawner,
     can_plot,
     header,
-    helper_impls,
-    helper_note,
     markdown_table,
     median,
     our_plugins,
     quick_mode,
-    resident_helper,
     results_dir,
     rotated,
     write_raw,
@@ -107,16 +100,13 @@ def conflist(data_dir: Path) -> ConfList:
 
 @dataclass
 class Impl:
-    name: str  # "Go", "ours", "ours+helper"
+    name: str  # "Go", "ours"
     cni_path: str
     host: Netns
     workdir: Path
     env: dict[str, str]
-    helper: Helper | None = None
     calls: dict[str, list[Call]] = field(default_factory=dict)
     totals: list[float] = field(default_factory=list)  # ms per round, the six calls
-    worker: list[dict[str, Any]] = field(default_factory=list)  # the helper's stats lines
-    helper_cpu_ms: float = 0.0  # the helper tree's CPU over the timed rounds
 
     def exec_env(self, command: str, rt: Runtime) -> dict[str, str]:
         return {
@@ -162,7 +152,7 @@ class Impl:
             self.totals.append(sum(c.ms for c in timed.values()))
 
 
-def report(impls: list[Impl], rounds: int, notes: list[str]) -> str:
+def report(impls: list[Impl], rounds: int) -> str:
     go = impls[0]
     ours = impls[1:]
     rows: list[list[object]] = []
@@ -191,18 +181,8 @@ def report(impls: list[Impl], rounds: int, notes: list[str]) -> str:
     cpu_row: list[object] = ["CPU ms (user + sys of the six exec'd processes)", cpu(go)]
     for impl in ours:
         cpu_row += [cpu(impl), f"{cpu(impl) / cpu(go):.2f}x"]
-    helped = [i for i in ours if i.helper is not None]
-    all_in: list[object] = ["CPU ms all-in (the six processes + the helper's, per round)", cpu(go)]
-    for impl in ours:
-        all_in_ms = cpu(impl) + impl.helper_cpu_ms / rounds
-        all_in += [all_in_ms, f"{all_in_ms / cpu(go):.2f}x"]
     rss_rows = [[p, *(rss(impl, p) for impl in impls)] for p in META]
-    rss_cols = [f"{i.name}{' (client)' if i.helper else ''} MiB" for i in impls]
-    for impl in helped:
-        rss_cols.append(f"{impl.name} worker private MiB")
-        for row in rss_rows:
-            stats = [x["private_kb"] for x in impl.worker if x["plugin"] == row[0]]
-            row.append(max(stats, default=0) / 1024)
+    rss_cols = [f"{i.name} MiB" for i in impls]
     text = header(
         "Meta chain after the Go bridge: portmap + bandwidth + tuning, ADD + DEL",
         f"{rounds} interleaved rounds (implementation order rotating), a fresh container per "
@@ -211,47 +191,9 @@ def report(impls: list[Impl], rounds: int, notes: list[str]) -> str:
         "bench/spawn.c from inside a throwaway host netns (setns, no `ip netns exec`). "
         "Target: at most 1.0x Go's.",
     )
-    text += "".join(f"- {n}\n" for n in notes) + ("\n" if notes else "")
-    text += markdown_table(
-        ("call", "Go ms", *cols), [*rows, cpu_row, *([all_in] if helped else [])]
-    )
+    text += markdown_table(("call", "Go ms", *cols), [*rows, cpu_row])
     text += "\n\n## Peak RSS (largest ru_maxrss of the plugin's ADD and DEL processes)\n\n"
     text += markdown_table(("plugin", *rss_cols), rss_rows)
-    if helped:
-        text += (
-            "\n\nWith the helper, the exec'd process is a client that hands its call to a "
-            "worker forked from the helper: the first CPU row and the client column leave the "
-            "worker out; the all-in row adds the CPU of the helper, its workers and spares "
-            "(forks) over the timed rounds, divided by the rounds. "
-            '"worker private" is its private memory at the end of the call '
-            "(the helper's stats lines), what a call adds on top of the helper.\n\n"
-        )
-        mem_rows = []
-        for impl in helped:
-            assert impl.helper is not None
-            own = impl.helper.memory_kib()
-            tree = impl.helper.tree_memory_kib()
-            mem_rows.append(
-                [impl.name, own.get("VmRSS", 0) / 1024, tree["processes"],
-                 tree["Rss"] / 1024, tree["Pss"] / 1024, tree["Private"] / 1024]
-            )  # fmt: skip
-        work_rows = []
-        for key in CALLS:
-            plugin, verb = key.split()
-            row = [key]
-            for impl in helped:
-                stats = [x for x in impl.worker if (x["plugin"], x["command"]) == (plugin, verb)]
-                row.append(median([x["ms"] for x in stats]))
-            work_rows.append(row)
-        text += "## Time inside the worker (the helper's stats lines: skel.run only), medians\n\n"
-        cols = [f"{i.name} worker ms" for i in helped]
-        text += markdown_table(("call", *cols), work_rows) + "\n\n"
-        text += "## The helper's memory after the run (helper + waiting spares)\n\n"
-        text += markdown_table(
-            ("helper", "helper VmRSS MiB", "processes", "sum Rss MiB", "sum Pss MiB",
-             "sum private MiB"),
-            mem_rows,
-        )  # fmt: skip
     return text + "\n"
 
 
@@ -289,8 +231,7 @@ def main() -> None:
     args = ap.parse_args()
     quick_mode(args.quick)
     rounds = 3 if args.quick else args.rounds
-    helpers, notes = helper_impls(args)
-    names = ["Go", "ours", *helpers]
+    names = ["Go", "ours"]
     with tempfile.TemporaryDirectory(prefix="cmpb-") as tmp, ExitStack() as stack:
         workdir = Path(tmp)
         spawn = Spawner(build_spawner(workdir))
@@ -299,44 +240,22 @@ def main() -> None:
         for name in names:
             (host,) = stack.enter_context(nslib.namespaces("bhost"))
             host.sysctl("net.ipv4.ip_forward", "1")
-            data = workdir / name.replace("+", "-")
+            data = workdir / name
             data.mkdir()
             env = {
                 "PATH": SYSTEM_PATH,
                 "CNI_META_STATE_ROOT": str(data / "state"),
                 "CNI_META_LOCK_TIMEOUT": "30",
-                "CNI_META_HELPER": "off",
             }
             cni_path = str(GO_BIN) if name == "Go" else f"{our_bin}:{GO_BIN}"
-            impl = Impl(name, cni_path, host, data, env)
-            if name in helpers:
-                with host.entered():
-                    impl.helper = stack.enter_context(
-                        resident_helper(
-                            data / "helper.sock", env, data, extra_args=HELPER_ARGS[name]
-                        )
-                    )
-                impl.env["CNI_META_HELPER"] = str(impl.helper.socket)
-            impls.append(impl)
-        for impl in impls:  # warm the page cache, the helper and the Go plugins' chains
+            impls.append(Impl(name, cni_path, host, data, env))
+        for impl in impls:  # warm the page cache and the Go plugins' chains
             impl.round(spawn, 0, record=False)
-        seen = {i.name: len(i.helper.worker_stats()) for i in impls if i.helper is not None}
-        time.sleep(0.5)  # the warm-up's refills end before the first reading
-        cpu0 = {i.name: i.helper.cpu_ms() for i in impls if i.helper is not None}
         for r in range(rounds):
             for impl in rotated(impls, r):
                 impl.round(spawn, r + 1, record=True)
             print(f"round {r + 1}/{rounds} done", flush=True)
-        time.sleep(0.5)  # the last refills are part of the price
-        for impl in impls:
-            if impl.helper is not None:
-                impl.helper_cpu_ms = impl.helper.cpu_ms() - cpu0[impl.name]
-                impl.worker = impl.helper.worker_stats(seen[impl.name])
-                calls = sum(len(v) for v in impl.calls.values())
-                note = helper_note(impl.name, impl.helper, len(impl.worker), calls)
-                if note:
-                    notes.append(note)
-        text = report(impls, rounds, notes)
+        text = report(impls, rounds)
         write_raw(
             "meta_chain.json",
             {

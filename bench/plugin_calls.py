@@ -2,9 +2,7 @@
 
 Plugins: portmap (our nftables and iptables backends; Go's has only iptables), bandwidth
 (both directions shaped) and tuning (mac + mtu + one sysctl: link changes over netlink).
-Implementations: Go's (/usr/lib/cni), ours without the resident helper
-(CNI_META_HELPER=off) and ours with it (a `python -m cnihelper.server` per host netns;
-skipped while cnihelper/server.py does not exist).
+Implementations: Go's (/usr/lib/cni) and ours.
 
 Every case has its own throwaway host netns with a Go bridge, and a container netns whose
 eth0 comes from a real Go bridge + host-local ADD, so prevResult is what a runtime
@@ -15,11 +13,9 @@ host veth (see docs/differences.md): they are removed untimed after it.
 
 Each call is one process exec'd by bench/spawn.c from inside the host netns (the bench
 enters it with setns: no `ip netns exec` cost on either side): wall time from vfork to
-wait4, CPU (user + sys) and ru_maxrss of the plugin process alone. With the helper, the
-exec'd process is the client: its RSS and CPU are reported; the forked worker's are not
-(it is a child of the helper, not of the runtime) - the helper's own resident memory is.
+wait4, CPU (user + sys) and ru_maxrss of the plugin process alone.
 
-  python bench/plugin_calls.py [--rounds N] [--quick] [--no-helper]
+  python bench/plugin_calls.py [--rounds N] [--quick]
       -> bench/results/plugin_calls.md, plugin_calls.png (every sample: results/raw/)
 """
 
@@ -29,7 +25,6 @@ import argparse
 import json
 import sys
 import tempfile
-import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,23 +34,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.util import (
     GO_BIN,
-    HELPER_ARGS,
     SYSTEM_PATH,
     Call,
-    Helper,
     Spawner,
     add_launcher_args,
     bar_chart,
     build_spawner,
     can_plot,
     header,
-    helper_impls,
-    helper_note,
     markdown_table,
     median,
     our_plugins,
     quick_mode,
-    resident_helper,
     results_dir,
     rotated,
     write_raw,
@@ -131,7 +121,7 @@ def bridge_conf(workdir: Path, case: str) -> dict[str, Any]:
 @dataclass
 class Case:
     plugin: str  # table label, e.g. "portmap (nftables)"
-    impl: str  # "Go", "ours", "ours+helper"
+    impl: str  # "Go", "ours"
     exe: str
     conf: dict[str, Any]
     host: Netns
@@ -139,10 +129,7 @@ class Case:
     env: dict[str, str]
     prev: dict[str, Any] = field(default_factory=dict)  # the bridge's result
     host_veth: str = ""
-    helper: Helper | None = None
     calls: dict[str, list[Call]] = field(default_factory=dict)
-    worker: list[dict[str, Any]] = field(default_factory=list)  # the helper's stats lines
-    helper_cpu_ms: float = 0.0  # the helper tree's CPU over the timed rounds
 
     @property
     def exe_argv(self) -> list[str]:
@@ -220,7 +207,7 @@ def make_cases(
     cases = []
     for p_index, plugin in enumerate(plugins):
         for impl in impls:
-            label = f"c{p_index}-{impl.replace('+', '-')}"
+            label = f"c{p_index}-{impl}"
             (workdir / label).mkdir()
             binary, conf = plugin_confs(workdir, label)[plugin]
             if impl == "Go":
@@ -233,24 +220,14 @@ def make_cases(
                 "PATH": SYSTEM_PATH,
                 "CNI_META_STATE_ROOT": str(workdir / label / "state"),
                 "CNI_META_LOCK_TIMEOUT": "30",
-                "CNI_META_HELPER": "off",
             }
             case = Case(plugin, impl, exe, conf, host, ctr, env)
-            if impl in HELPER_ARGS:
-                with host.entered():
-                    case.helper = stack.enter_context(
-                        resident_helper(
-                            workdir / label / "helper.sock", env, workdir / label,
-                            extra_args=HELPER_ARGS[impl],
-                        )
-                    )  # fmt: skip
-                case.env["CNI_META_HELPER"] = str(case.helper.socket)
             attach(spawn, case, workdir, label)
             cases.append(case)
     return cases
 
 
-def report(cases: list[Case], impls: list[str], rounds: int, notes: list[str]) -> str:
+def report(cases: list[Case], impls: list[str], rounds: int) -> str:
     plugins = list(dict.fromkeys(c.plugin for c in cases))
     by = {(c.plugin, c.impl): c for c in cases}
     ours_impls = [i for i in impls if i != "Go"]
@@ -281,35 +258,10 @@ def report(cases: list[Case], impls: list[str], rounds: int, notes: list[str]) -
             cpu_rows.append(cpu_row)
             rss_row: list[object] = [plugin, verb]
             rss_row += [cell(plugin, impl, verb, "rss") for impl in impls]
-            for helper_case in (by.get((plugin, impl)) for impl in impls):
-                if helper_case is None or helper_case.helper is None:
-                    continue
-                stats = [x for x in helper_case.worker if x["command"] == verb]
-                rss_row += [
-                    max((x["private_kb"] for x in stats), default=0) / 1024,
-                    max((x["maxrss_kb"] for x in stats), default=0) / 1024,
-                ]
             rss_rows.append(rss_row)
     ratio_cols = [c for impl in ours_impls for c in (f"{impl} ms", f"{impl}/Go")]
     cpu_cols = [c for impl in ours_impls for c in (f"{impl} CPU ms", f"{impl}/Go")]
-    rss_cols = [f"{impl}{' (client)' if impl in HELPER_ARGS else ''} MiB" for impl in impls]
-    for impl in impls:
-        if impl in HELPER_ARGS:
-            rss_cols += [f"{impl} worker private MiB", f"{impl} worker RSS MiB (incl. shared)"]
-    helpers = [c for c in cases if c.helper is not None]
-    helper_text = ""
-    if helpers:
-        mem = [c.helper.memory_kib() for c in helpers if c.helper is not None]
-        rss = max(m.get("VmRSS", 0) for m in mem) / 1024
-        hwm = max(m.get("VmHWM", 0) for m in mem) / 1024
-        helper_text = (
-            "\n\nThe resident helper itself (one per host netns here, one per node in use), "
-            f"after the run: VmRSS {rss:.1f} MiB, VmHWM {hwm:.1f} MiB (largest of "
-            f"{len(helpers)}). Worker columns come from the helper's stats lines: the "
-            "private memory (smaps_rollup Private_*) of the forked worker at the end of the "
-            "call, i.e. what the call added, and its ru_maxrss, which counts every page it "
-            "shares with the helper.\n"
-        )
+    rss_cols = [f"{impl} MiB" for impl in impls]
     text = header(
         "Plugin calls as a runtime makes them: ours vs Go",
         f"{rounds} interleaved rounds (case order rotating), medians; one exec per call "
@@ -317,7 +269,6 @@ def report(cases: list[Case], impls: list[str], rounds: int, notes: list[str]) -
         "exec`); the attachment is a real Go bridge + host-local ADD. Ratios are ours/Go.",
     )
     notes = [
-        *notes,
         'Go\'s portmap CHECK "(fails)": 1.1.1 fails every CHECK of an IPv4-only attachment '
         "(it looks for IPv6 DNAT chains it never made); the figure is its failing call.",
     ]
@@ -328,45 +279,7 @@ def report(cases: list[Case], impls: list[str], rounds: int, notes: list[str]) -
     text += markdown_table(("plugin", "verb", "Go CPU ms", *cpu_cols), cpu_rows)
     text += "\n\n## Peak RSS per call (ru_maxrss of the exec'd process, largest of all rounds)\n\n"
     text += markdown_table(("plugin", "verb", *rss_cols), rss_rows)
-    text += helper_text
-    if helpers:
-        text += all_in_cpu(cases, impls, plugins, rounds)
     return text + "\n"
-
-
-def all_in_cpu(cases: list[Case], impls: list[str], plugins: list[str], rounds: int) -> str:
-    """CPU of one VERSION + ADD + CHECK + DEL cycle, the helper's share included.
-
-    A helper's workers are not children of the exec'd client: their CPU and the refill
-    forks show only in the helper's own accounting, read over the
-    timed rounds and divided by them (a mean, not a median)."""
-    by = {(c.plugin, c.impl): c for c in cases}
-    rows: list[list[object]] = []
-    for plugin in plugins:
-        go = sum(median([c.cpu_seconds * 1000 for c in by[(plugin, "Go")].calls[v]]) for v in VERBS)
-        row: list[object] = [plugin, go]
-        for impl in impls[1:]:
-            case = by[(plugin, impl)]
-            total = sum(median([c.cpu_seconds * 1000 for c in case.calls[v]]) for v in VERBS)
-            total += case.helper_cpu_ms / rounds
-            row += [total, f"{total / go:.1f}x"]
-        mems = [by[(plugin, i)].helper for i in impls if by[(plugin, i)].helper is not None]
-        for helper in mems:
-            assert helper is not None
-            tree = helper.tree_memory_kib()
-            row.append(f"{tree['Rss'] / 1024:.1f} / {tree['Pss'] / 1024:.1f}")
-        rows.append(row)
-    cols = [c for impl in impls[1:] for c in (f"{impl} CPU ms", f"{impl}/Go")]
-    cols += [f"{impl} tree Rss / Pss MiB" for impl in impls if impl in HELPER_ARGS]
-    return (
-        "\n## CPU of one VERSION + ADD + CHECK + DEL cycle, all-in (ms)\n\n"
-        "Sums of the per-verb medians of the exec'd processes, plus, with a helper, the CPU "
-        "of the helper, its workers and its spares (forks) over the timed rounds "
-        "divided by the rounds. Tree: the helper and its waiting spares after the run "
-        "(smaps_rollup, summed; Pss counts shared pages once).\n\n"
-        + markdown_table(("plugin", "Go CPU ms", *cols), rows)
-        + "\n"
-    )
 
 
 def plot(cases: list[Case], impls: list[str], path: Path) -> None:
@@ -384,9 +297,7 @@ def plot(cases: list[Case], impls: list[str], path: Path) -> None:
         for impl in impls
     }
     rss = {
-        impl + (" (client)" if impl in HELPER_ARGS else ""): [
-            max(c.rss_mib for c in by[(p, impl)].calls[v]) for p in plugins for v in VERBS
-        ]
+        impl: [max(c.rss_mib for c in by[(p, impl)].calls[v]) for p in plugins for v in VERBS]
         for impl in impls
     }
     bar_chart(path, "Wall time per call (median)", groups, ms, "ms (log)", log=True, ax=axes[0])
@@ -407,34 +318,21 @@ def main() -> None:
     args = ap.parse_args()
     quick_mode(args.quick)
     rounds = 3 if args.quick else args.rounds
-    helpers, notes = helper_impls(args)
-    impls = ["Go", "ours", *helpers]
+    impls = ["Go", "ours"]
     plugins = args.plugins.split(",")
     with tempfile.TemporaryDirectory(prefix="cmpb-") as tmp, ExitStack() as stack:
         workdir = Path(tmp)
         spawn = Spawner(build_spawner(workdir))
         our_bin = our_plugins(args.launcher, workdir)
         cases = make_cases(stack, spawn, workdir, our_bin, impls, plugins)
-        for case in cases:  # warm the page cache, the helper and the Go plugins' chains
+        for case in cases:  # warm the page cache and the Go plugins' chains
             case.cycle(spawn, record=False)
-        seen = {id(c): len(c.helper.worker_stats()) for c in cases if c.helper is not None}
-        time.sleep(0.5)  # the warm-up's refills end before the first reading
-        cpu0 = {id(c): c.helper.cpu_ms() for c in cases if c.helper is not None}
         for r in range(rounds):
             for plugin in plugins:
                 for case in rotated([c for c in cases if c.plugin == plugin], r):
                     case.cycle(spawn, record=True)
             print(f"round {r + 1}/{rounds} done", flush=True)
-        time.sleep(0.5)  # the last refills are part of the price
-        for case in cases:
-            if case.helper is not None:
-                case.helper_cpu_ms = case.helper.cpu_ms() - cpu0[id(case)]
-                case.worker = case.helper.worker_stats(seen[id(case)])
-                calls = sum(len(v) for v in case.calls.values())
-                note = helper_note(case.plugin, case.helper, len(case.worker), calls)
-                if note:
-                    notes.append(note)
-        text = report(cases, impls, rounds, notes)
+        text = report(cases, impls, rounds)
         raw = {
             f"{c.plugin} / {c.impl}": {
                 verb: [[x.ms, x.cpu_seconds * 1000, x.rss_kib] for x in calls]

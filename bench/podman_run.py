@@ -9,10 +9,6 @@ busybox-static one (no registry). Nothing of the machine's own netns, podman sto
 Implementations (each with its own podman world, so they never share a bridge or rules):
   Go           cni_plugin_dirs = /usr/lib/cni
   ours         our plugins installed by deploy/install.sh first, then /usr/lib/cni
-  ours+helper  the same, with the resident helper serving the default socket path
-               (/run/cni/meta-helper.sock, inside the private /run), so every plugin call
-               podman makes uses it - also those of its cleanup process, whose environment
-               podman does not control
 
 Lists: "default" is conflists/podman-bridge.conflist (bridge, portmap, firewall, tuning:
 podman's own default shape); "shaped" adds a static bandwidth plugin (podman never sends a
@@ -20,7 +16,7 @@ bandwidth capability), so that all three of ours run. Each round runs, per list 
 implementation (order rotating), `podman run -d -p 18080:80 ... httpd` and then
 `podman rm -f -t 0`, timed from the bench (the nsenter wrapper included, alike for all).
 
-  python bench/podman_run.py [--rounds N] [--quick] [--no-helper]
+  python bench/podman_run.py [--rounds N] [--quick]
       -> bench/results/podman_run.md, podman_run.png (every sample: results/raw/)
 """
 
@@ -39,22 +35,17 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.util import (
-    SYSTEM_PATH,
-    Helper,
     bar_chart,
     can_plot,
     header,
-    helper_unavailable,
     markdown_table,
     median,
     quick_mode,
-    resident_helper,
     results_dir,
     rotated,
     write_raw,
     write_result,
 )
-from common.fastpath import DEFAULT_SOCKET
 from tests.harness import netns as nslib
 from tests.harness.runtimes import (
     Podman,
@@ -79,10 +70,9 @@ STEPS = ("run -d", "rm -f", "run + rm")
 
 @dataclass
 class World:
-    name: str  # "Go", "ours", "ours+helper"
+    name: str  # "Go", "ours"
     pm: Podman
     networks: dict[str, str]  # list label -> podman network name
-    helper: Helper | None = None
     samples: dict[tuple[str, str], list[float]] = field(default_factory=dict)
 
     def cycle(self, label: str, n: int, record: bool) -> None:
@@ -115,7 +105,7 @@ def add_networks(pm: Podman, workdir: Path) -> dict[str, str]:
     return {"default": default, "shaped": "cmp-podman-bw"}
 
 
-def report(worlds: list[World], labels: list[str], rounds: int, notes: list[str]) -> str:
+def report(worlds: list[World], labels: list[str], rounds: int) -> str:
     go, ours = worlds[0], worlds[1:]
     rows: list[list[object]] = []
     for label in labels:
@@ -135,7 +125,6 @@ def report(worlds: list[World], labels: list[str], rounds: int, notes: list[str]
         "default = conflists/podman-bridge.conflist (bridge, portmap, firewall, tuning); "
         "shaped = the same plus a static bandwidth plugin.",
     )
-    text += "".join(f"- {n}\n" for n in notes) + ("\n" if notes else "")
     text += markdown_table(("list", "command", "Go ms", *cols), rows)
     return text + "\n"
 
@@ -153,7 +142,6 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--quick", action="store_true", help="2 rounds, default list: a smoke test")
-    ap.add_argument("--no-helper", action="store_true", help="skip the resident helper")
     ap.add_argument("--lists", default="default,shaped")
     args = ap.parse_args()
     quick_mode(args.quick)
@@ -161,13 +149,7 @@ def main() -> None:
         sys.exit("podman and runc are needed (make apt installs them)")
     rounds = 2 if args.quick else args.rounds
     labels = ["default"] if args.quick else args.lists.split(",")
-    notes = []
     names = ["Go", "ours"]
-    skip = "skipped by --no-helper" if args.no_helper else helper_unavailable()
-    if skip:
-        notes.append(f"ours+helper: {skip}")
-    else:
-        names.append("ours+helper")
     with tempfile.TemporaryDirectory(prefix="cmpb-") as tmp, ExitStack() as stack:
         workdir = Path(tmp)
         our_bin = install_ours(workdir / "install" / "bin", workdir / "install" / "prefix")
@@ -175,19 +157,11 @@ def main() -> None:
         for name in names:
             (host,) = stack.enter_context(nslib.namespaces("bhost"))
             host.sysctl("net.ipv4.ip_forward", "1")
-            data = workdir / name.replace("+", "-")
+            data = workdir / name
             dirs = plugin_dirs("go" if name == "Go" else "ours", our_bin)
             pm = stack.enter_context(podman(host, data / "podman", dirs, {}))
-            world = World(name, pm, add_networks(pm, data))
-            if name == "ours+helper":
-                assert pm.jail is not None
-                world.helper = stack.enter_context(
-                    resident_helper(
-                        Path(DEFAULT_SOCKET), {"PATH": SYSTEM_PATH}, data, prefix=pm.jail.argv()
-                    )
-                )
-            worlds.append(world)
-        for world in worlds:  # warm up: images, bridges, the Go plugins' chains, the helper
+            worlds.append(World(name, pm, add_networks(pm, data)))
+        for world in worlds:  # warm up: images, bridges, the Go plugins' chains
             for label in labels:
                 world.cycle(label, 0, record=False)
         for r in range(rounds):
@@ -195,12 +169,7 @@ def main() -> None:
                 for world in rotated(worlds, r):
                     world.cycle(label, r + 1, record=True)
             print(f"round {r + 1}/{rounds} done", flush=True)
-        helped = [w for w in worlds if w.helper is not None]
-        for w in helped:
-            assert w.helper is not None
-            served = len(w.helper.worker_stats())
-            notes.append(f"{w.name}: the helper's workers ran {served} plugin calls")
-        text = report(worlds, labels, rounds, notes)
+        text = report(worlds, labels, rounds)
         write_raw(
             "podman_run.json",
             {w.name: {f"{k[0]} {k[1]}": v for k, v in w.samples.items()} for w in worlds},

@@ -19,7 +19,7 @@ from bench.util import GO_BIN, SYSTEM_PATH, Spawner, build_spawner, our_plugins,
 from common.netns import entered
 from portmap.config import Attachment
 from portmap.nft import T, skeleton_text
-from portmap.xtables import COMMENT_PREFIX, chain_name
+from portmap.xtables import go_chain_name
 
 NETWORK = "benchnet"
 
@@ -95,18 +95,11 @@ def ipt_rules(n: int, go_style: bool) -> str:
     ]
     for i in range(n):
         port, ip = 10000 + i, ctr_ip(i)
-        if go_style:
-            import hashlib
-
-            chain = ("CNI-DN-" + hashlib.sha512(f"{NETWORK}fill{i}".encode()).hexdigest())[:28]
-            comment = f'dnat name: \\"{NETWORK}\\" id: \\"fill{i}\\"'
-            jump = (f'-A CNI-HOSTPORT-DNAT -p tcp -m comment --comment "{comment}" '
-                    f"-m multiport --dports {port} -j {chain}")  # fmt: skip
-        else:
-            att = Attachment(NETWORK, f"fill{i}", "eth0")
-            chain = chain_name(att)
-            jump = (f"-A CNI-HOSTPORT-DNAT -p tcp -m tcp --dport {port} -m comment "
-                    f'--comment "{COMMENT_PREFIX}{att.comment}" -j {chain}')  # fmt: skip
+        # Go's rules and ours are the same (go_style only picks the variant)
+        chain = go_chain_name(NETWORK, f"fill{i}")
+        comment = f'dnat name: \\"{NETWORK}\\" id: \\"fill{i}\\"'
+        jump = (f'-A CNI-HOSTPORT-DNAT -p tcp -m comment --comment "{comment}" '
+                f"-m multiport --dports {port} -j {chain}")  # fmt: skip
         out.append(f":{chain} - [0:0]")
         body += [
             jump,
@@ -140,7 +133,6 @@ class Flavour:
             "PATH": SYSTEM_PATH,
             "CNI_META_STATE_ROOT": str(self.state),
             "CNI_META_LOCK_TIMEOUT": "60",
-            "CNI_META_HELPER": "off",
             "CNI_IFNAME": "eth0",
             "CNI_NETNS": f"/run/netns/{self.ctr}",
             "CNI_PATH": str(GO_BIN),
@@ -180,7 +172,7 @@ def measure(
     launcher: str,
 ) -> list[dict[str, Any]]:
     """For each size N, every named flavour with N attachments: one warm-up round (page
-    cache, a helper, Go's top-level chains), then `reps` recorded rounds, the flavours'
+    cache, Go's top-level chains), then `reps` recorded rounds, the flavours'
     order rotating every round. Prints each result's `flavour.summary` as it comes."""
     results = []
     with tempfile.TemporaryDirectory(prefix="cmpb-") as tmp:

@@ -2,8 +2,7 @@
 
 For N in 10, 100, 1000, 5000 existing attachments (one TCP host port each), measure the
 wall time of one more attachment's ADD and then its DEL (whole plugin process, as a
-runtime sees it), REPS times, for: ours with nftables, ours with iptables, ours with
-nftables and the resident helper (when cnihelper/server.py exists), and Go's
+runtime sees it), REPS times, for: ours with nftables, ours with iptables, and Go's
 /usr/lib/cni/portmap (1.1.1: iptables, here iptables-nft). Every flavour has its own
 throwaway network namespace filled with N attachments; the flavours' calls alternate
 (order rotating every rep). Each call is exec'd by bench/spawn.c from inside that netns
@@ -37,37 +36,30 @@ from bench import portmap_fill  # noqa: E402
 from bench.portmap_fill import fill_iptables, fill_nft  # noqa: E402
 from bench.util import (  # noqa: E402
     GO_BIN,
-    Helper,
     Spawner,
     add_launcher_args,
     header,
-    helper_note,
-    helper_unavailable,
     markdown_table,
     quick_mode,
-    resident_helper,
     results_dir,
 )
-from common.netns import entered  # noqa: E402
 
 GO = str(GO_BIN / "portmap")
-FLAVOURS = ("go", "ours-nftables", "ours-iptables", "ours-nftables+helper")
+FLAVOURS = ("go", "ours-nftables", "ours-iptables")
 
 
 # ---------------------------------------------------------------------------- measuring
 
 
 class Flavour(portmap_fill.Flavour):
-    """ours (nftables, iptables, nftables through the helper) or Go's portmap."""
+    """ours (nftables or iptables) or Go's portmap."""
 
     def __init__(self, name: str, n: int, our_bin: Path, workdir: Path) -> None:
         exe = GO if name == "go" else str(our_bin / "portmap")
-        backend = None if name == "go" else name.removeprefix("ours-").split("+")[0]
+        backend = None if name == "go" else name.removeprefix("ours-")
         super().__init__(name, n, exe, workdir, backend)
         self.adds: list[float] = []
         self.dels: list[float] = []
-        self.helper: Helper | None = None
-        self.seen = 0  # helper stats lines from the warm-up
 
     def setup(self, stack: ExitStack) -> None:
         super().setup(stack)
@@ -75,12 +67,6 @@ class Flavour(portmap_fill.Flavour):
             fill_nft(self.ns, self.n, self.state)
         else:
             fill_iptables(self.ns, self.n, go_style=self.name == "go")
-        if self.name.endswith("+helper"):
-            with entered(f"/run/netns/{self.ns}"):
-                self.helper = stack.enter_context(
-                    resident_helper(self.state / "helper.sock", self.env, self.state)
-                )
-            self.env["CNI_META_HELPER"] = str(self.helper.socket)
 
     def cycle(self, spawn: Spawner, i: int, record: bool) -> None:
         add = self.call(spawn, "ADD", i)
@@ -88,19 +74,11 @@ class Flavour(portmap_fill.Flavour):
         if record:
             self.adds.append(add)
             self.dels.append(delete)
-        elif self.helper is not None:  # the warm-up's calls are not measured
-            self.seen = len(self.helper.worker_stats())
 
     def result(self) -> dict[str, Any]:
-        out = {"flavour": self.name, "n": self.n, "add_ms": statistics.median(self.adds),
+        return {"flavour": self.name, "n": self.n, "add_ms": statistics.median(self.adds),
                "del_ms": statistics.median(self.dels), "peak_rss_kib": self.rss_kib,
                "adds": self.adds, "dels": self.dels}  # fmt: skip
-        if self.helper is not None:  # what a call adds in the forked worker (helper stats lines)
-            stats = self.helper.worker_stats(self.seen)
-            out["worker_private_kib"] = max((x["private_kb"] for x in stats), default=0)
-            calls = len(self.adds) + len(self.dels)
-            out["note"] = helper_note(f"{self.name} N={self.n}", self.helper, len(stats), calls)
-        return out
 
     @staticmethod
     def summary(r: dict[str, Any]) -> str:
@@ -110,7 +88,7 @@ class Flavour(portmap_fill.Flavour):
         )
 
 
-def table(results: list[dict[str, Any]], reps: int, notes: list[str]) -> str:
+def table(results: list[dict[str, Any]], reps: int) -> str:
     by = {(r["flavour"], r["n"]): r for r in results}
     rows: list[list[object]] = []
     for n in sorted({r["n"] for r in results}):
@@ -129,10 +107,7 @@ def table(results: list[dict[str, Any]], reps: int, notes: list[str]) -> str:
                 ]
             else:
                 row += ["", "", ""]
-            rss = f"{r['peak_rss_kib'] / 1024:.2f}"
-            if "worker_private_kib" in r:
-                rss += f" (client; worker +{r['worker_private_kib'] / 1024:.2f} private)"
-            row.append(rss)
+            row.append(f"{r['peak_rss_kib'] / 1024:.2f}")
             rows.append(row)
     text = header(
         "portmap at scale: ADD / DEL with N attachments already present",
@@ -143,7 +118,6 @@ def table(results: list[dict[str, Any]], reps: int, notes: list[str]) -> str:
         "iptables-nft. Targets: at most 1.0x Go per call at one attachment (see "
         "plugin_calls.md), at least 10x faster than Go at 1,000.",
     )
-    text += "".join(f"- {note}\n" for note in notes) + ("\n" if notes else "")
     text += markdown_table(
         ("N present", "flavour", "ADD ms", "DEL ms", "ADD ours/Go", "DEL ours/Go",
          "faster than Go (ADD / DEL)", "peak RSS MiB"),
@@ -188,16 +162,10 @@ def main() -> int:
     sizes = [10, 100] if a.quick else [int(s) for s in a.sizes.split(",")]
     reps = 2 if a.quick else a.reps
     names = [f for f in a.flavours.split(",") if f]
-    notes = []
-    skip = "skipped by --no-helper" if a.no_helper else helper_unavailable()
-    if skip and "ours-nftables+helper" in names:
-        names.remove("ours-nftables+helper")
-        notes.append(f"ours-nftables+helper: {skip}")
     out = Path(a.out) if a.out else results_dir()
     out.mkdir(parents=True, exist_ok=True)
     results = portmap_fill.measure(Flavour, names, sizes, reps, a.launcher)
-    notes += [r["note"] for r in results if r.get("note")]
-    text = table(results, reps, notes)
+    text = table(results, reps)
     print(text)
     (out / "portmap_scale.json").write_text(json.dumps(results, indent=2))
     (out / "portmap_scale.md").write_text(text)

@@ -15,8 +15,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -31,7 +30,7 @@ _results = [RESULTS]
 
 
 def clean_exit_on_sigterm() -> None:
-    """SIGTERM unwinds like Ctrl-C, so that every namespace, helper and podman world made
+    """SIGTERM unwinds like Ctrl-C, so that every namespace and podman world made
     so far is removed (the default action would end the process without cleaning up)."""
 
     def stop(signum: int, _frame: Any) -> None:
@@ -122,25 +121,8 @@ GO_BIN = Path("/usr/lib/cni")
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
-# The implementation names of ours with a resident helper -> its extra options (None:
-# $BENCH_HELPER_ARGS). An A/B run of a helper option adds a second entry here; the
-# helper-decision run (bench/results/helper-decision.md) had "ours+helper-nr" with the
-# since removed --no-rehearsal.
-HELPER_IMPL = "ours+helper"
-HELPER_ARGS: dict[str, list[str] | None] = {HELPER_IMPL: None}
-
-
-def helper_impls(args: argparse.Namespace) -> tuple[list[str], list[str]]:
-    """(names of ours-with-a-helper implementations to run, notes) for the parsed options."""
-    skip = "skipped by --no-helper" if args.no_helper else helper_unavailable()
-    if skip:
-        return [], [f"{HELPER_IMPL}: {skip}"]
-    return list(HELPER_ARGS), []
-
-
 def add_launcher_args(ap: argparse.ArgumentParser) -> None:
-    """The options every bench that runs our plugins shares: --no-helper, --launcher."""
-    ap.add_argument("--no-helper", action="store_true", help="skip the resident helper")
+    """The options every bench that runs our plugins shares: --launcher."""
     ap.add_argument(
         "--launcher",
         choices=("installed", "venv"),
@@ -262,174 +244,6 @@ def write_raw(name: str, data: Any) -> Path:
     path = raw / name
     path.write_text(json.dumps(data, indent=1))
     return path
-
-
-# ------------------------------------------------------------------------ resident helper
-
-HELPER_SOURCE = REPO / "cnihelper" / "server.py"
-
-
-def helper_unavailable() -> str | None:
-    """Why the resident-helper flavour cannot run, or None when it can."""
-    if not HELPER_SOURCE.exists():
-        return "cnihelper/server.py does not exist yet: the resident-helper columns are skipped"
-    return None
-
-
-@dataclass
-class Helper:
-    proc: subprocess.Popen[bytes]
-    socket: Path
-    log: Path
-    stats: Path
-
-    def worker_stats(self, skip: int = 0) -> list[dict[str, Any]]:
-        """The helper's stats lines (one per call its workers ran), after the first `skip`.
-
-        Each has the worker's own time ("ms", inside skel.run), its ru_maxrss ("maxrss_kb":
-        includes the pages it shares with the helper it was forked from) and its private
-        memory at the end of the call ("private_kb": what the call added); see
-        tests/harness/helper_stats.py. A worker writes its line just after answering the
-        plugin, so give the last one a moment.
-        """
-        time.sleep(0.05)
-        try:
-            lines = self.stats.read_text().splitlines()
-        except FileNotFoundError:
-            return []
-        return [json.loads(line) for line in lines[skip:] if line.strip()]
-
-    def tree(self) -> list[int]:
-        """The helper and its live children (spares, workers)."""
-        pids = [self.proc.pid]
-        with suppress(OSError), open(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children") as f:
-            pids += [int(p) for p in f.read().split()]
-        return pids
-
-    def cpu_ms(self) -> float:
-        """CPU (user + sys) used so far by the helper, its live children and every child it
-        reaped: forks and the workers' calls, all that the helper costs."""
-        ticks = 0
-        for pid in self.tree():
-            with suppress(OSError, IndexError, ValueError), open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-                # utime stime cutime cstime; a live child's reaped children count too
-                ticks += sum(int(x) for x in fields[11:15])
-        return ticks * 1000 / os.sysconf("SC_CLK_TCK")
-
-    def tree_memory_kib(self) -> dict[str, int]:
-        """Rss and Pss summed over the helper and its live children (smaps_rollup): what
-        the node pays for the helper with its spares waiting. Pss shares shared pages."""
-        out = {"Rss": 0, "Pss": 0, "Private": 0, "processes": 0}
-        for pid in self.tree():
-            with suppress(OSError), open(f"/proc/{pid}/smaps_rollup") as f:
-                out["processes"] += 1
-                for line in f:
-                    key, _, value = line.partition(":")
-                    if key in ("Rss", "Pss"):
-                        out[key] += int(value.split()[0])
-                    elif key in ("Private_Clean", "Private_Dirty"):
-                        out["Private"] += int(value.split()[0])
-        return out
-
-    def memory_kib(self) -> dict[str, int]:
-        """VmRSS / VmHWM of the fork server itself (what it keeps resident on the node)."""
-        out: dict[str, int] = {}
-        with suppress(OSError), open(f"/proc/{self.proc.pid}/status") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key in ("VmRSS", "VmHWM"):
-                    out[key] = int(value.split()[0])
-        return out
-
-
-def helper_note(what: str, helper: Helper, served: int, calls: int) -> str | None:
-    """A line for the report when some calls did not go through the helper.
-
-    A plugin falls back to doing the work itself whenever the helper declines or does not
-    answer within its handshake deadline; such calls are measured all the same, so the
-    report says how many there were and what the helper logged.
-    """
-    if served >= calls:
-        return None
-    try:
-        lines = helper.log.read_text(errors="replace").splitlines()
-    except OSError:
-        lines = []
-    said = sorted({line.strip() for line in lines if "serving" not in line})[:3]
-    why = f" (helper log: {'; '.join(said)})" if said else ""
-    return (
-        f"{what}: the helper ran {served} of {calls} measured calls; the others fell back to "
-        f"the plugin process doing the work itself{why}"
-    )
-
-
-@contextmanager
-def resident_helper(
-    socket_path: Path,
-    env: dict[str, str],
-    stats_dir: Path,
-    prefix: Sequence[str] = (),
-    timeout: float = 60,
-    extra_args: Sequence[str] | None = None,
-) -> Iterator[Helper]:
-    """The helper with stats (`python -m tests.harness.helper_stats --socket PATH --stats
-    FILE`) in the foreground, then stopped.
-
-    Started from the calling thread's network namespace (callers enter their host netns
-    first); `prefix` wraps the command, e.g. nsenter into a runtime's mount namespace (then
-    socket_path is as seen in there; stats_dir must be visible in both). Extra helper
-    options are `extra_args`, or else from $BENCH_HELPER_ARGS (e.g. "--spares 3").
-    """
-    log = stats_dir / "helper.log"
-    stats = stats_dir / "helper-stats.jsonl"
-    argv = [sys.executable, "-m", "tests.harness.helper_stats", "--socket", str(socket_path)]
-    if extra_args is None:
-        extra_args = os.environ.get("BENCH_HELPER_ARGS", "").split()
-    argv += extra_args
-    with open(log, "wb") as logf:
-        proc = subprocess.Popen(
-            [*prefix, *argv, "--stats", str(stats)], env=env, cwd=REPO,
-            stdin=subprocess.DEVNULL, stdout=logf, stderr=logf,
-        )  # fmt: skip
-    helper = Helper(proc, socket_path, log, stats)
-    try:
-        deadline = time.monotonic() + timeout
-        while not _listening(proc.pid, socket_path):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the resident helper did not start: {log.read_text()[-2000:]}")
-            time.sleep(0.05)
-        yield helper
-    finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
-        if not prefix:  # the helper removes it on SIGTERM; this is for a killed one
-            with suppress(OSError):
-                socket_path.unlink()
-
-
-def _listening(pid: int, path: Path) -> bool:
-    """Whether a Unix socket bound to `path` is listening in pid's network namespace.
-
-    /proc/PID/net/unix lists the namespace's sockets with the path as bound, whichever
-    mount namespace that was in; flag 0x10000 (__SO_ACCEPTCON) marks a listening one.
-    No probe connection: the helper would take it for a request.
-    """
-    try:
-        with open(f"/proc/{pid}/net/unix") as f:
-            next(f)
-            for line in f:
-                fields = line.split()
-                if len(fields) >= 8 and fields[7] == str(path) and int(fields[3], 16) & 0x10000:
-                    return True
-    except (OSError, StopIteration, ValueError):
-        pass
-    return False
 
 
 # ----------------------------------------------------------------------------------- plots

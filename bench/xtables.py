@@ -101,7 +101,7 @@ def table(results: list[dict[str, Any]], reps: int) -> str:
                      f"{r['save_ms']:.1f}"])  # fmt: skip
     how = (
         f"bench/xtables.py, medians of {reps} whole-process calls (bench/spawn.c, inside a "
-        "throwaway netns holding N attachments in portmap's own shape; no helper). "
+        "throwaway netns holding N attachments in portmap's own shape). "
         "Peak RSS: the largest of the plugin and the iptables tools it ran. "
         "save: one `iptables-<variant>-save -t nat` at that size."
     )

@@ -1,290 +1,54 @@
 """cni-chain: run a .conflist the way libcni does (containerd, CRI-O and podman use libcni).
 
-What it does per verb, its options and the friendly flags: docs/cni-contract.md.
+A thin command line over cnichain.api. What it does per verb, its options and the
+friendly flags: docs/cni-contract.md.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import glob
 import hashlib
 import json
 import os
 import re
-import subprocess
 import sys
 
-from common import versions
+from cnichain.api import (
+    DEFAULT_CACHE_DIR,
+    DEFAULT_CNI_PATH,
+    DEFAULT_CONF_DIR,
+    ChainError,
+    ConfList,
+    Runtime,
+    add,
+    cached_attachments,
+    check,
+    delete,
+    find_plugin,
+    gc,
+    plugin_config,
+    retyped,
+    status,
+    version_info,
+)
 from common.env import validate_container_id, validate_ifname
 from common.errors import CniError
-from common.values import Value
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-DEFAULT_CNI_PATH = "/opt/cni/bin:/usr/lib/cni"
-DEFAULT_CACHE_DIR = "/var/lib/cni/cni-chain"
-DEFAULT_CONF_DIR = "/etc/cni/net.d"
-
-
-class ChainError(Exception):
-    """A readable failure of the chain (bad list, missing plugin, a plugin's error)."""
-
-
-class ConfList(Value):
-    name: str
-    cni_version: str
-    plugins: list[dict[str, Any]]
-    disable_check: bool = False
-
-    @classmethod
-    def load(cls, spec: str, conf_dir: str = DEFAULT_CONF_DIR) -> ConfList:
-        path = (
-            spec if os.path.sep in spec or os.path.exists(spec) else _find_by_name(spec, conf_dir)
-        )
-        try:
-            with open(path, "rb") as f:
-                raw = json.load(f)
-        except (OSError, ValueError) as e:
-            raise ChainError(f"cannot read conflist {path}: {e}") from None
-        return cls.from_json(raw, path)
-
-    @classmethod
-    def from_json(cls, raw: Any, where: str = "conflist") -> ConfList:
-        if not isinstance(raw, dict):
-            raise ChainError(f"{where}: a conflist must be a JSON object")
-        name = raw.get("name")
-        plugins = raw.get("plugins")
-        if not isinstance(name, str) or not name:
-            raise ChainError(f"{where}: the conflist has no 'name'")
-        if not isinstance(plugins, list) or not plugins:
-            raise ChainError(f"{where}: the conflist has no 'plugins'")
-        for i, p in enumerate(plugins):
-            if not isinstance(p, dict) or not isinstance(p.get("type"), str) or not p["type"]:
-                raise ChainError(f"{where}: plugins[{i}] needs a 'type'")
-        version = raw.get("cniVersion") or versions.DEFAULT_VERSION
-        return cls(name, str(version), plugins, bool(raw.get("disableCheck")))
-
-
-def _find_by_name(name: str, conf_dir: str) -> str:
-    for path in sorted(glob.glob(os.path.join(conf_dir, "*.conflist"))):
-        try:
-            with open(path, "rb") as f:
-                if json.load(f).get("name") == name:
-                    return path
-        except (OSError, ValueError, AttributeError):
-            continue
-    raise ChainError(f"no conflist named {name!r} in {conf_dir}")
-
-
-class Runtime(Value):
-    """What a runtime passes besides the list: the attachment and its arguments."""
-
-    container_id: str
-    netns: str
-    capability_args: dict[str, Any]
-    ifname: str = "eth0"
-    cni_args: str = ""
-    cni_path: str = DEFAULT_CNI_PATH
-    cache_dir: str = DEFAULT_CACHE_DIR
-
-
-def find_plugin(plugin_type: str, cni_path: str) -> str:
-    if "/" in plugin_type:
-        raise ChainError(f"plugin type {plugin_type!r} must be a plain name")
-    for d in cni_path.split(os.pathsep):
-        candidate = os.path.join(d, plugin_type)
-        if d and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
-            return candidate
-    raise ChainError(f"failed to find plugin {plugin_type!r} in CNI_PATH {cni_path}")
-
-
-def plugin_config(
-    conflist: ConfList, plugin: dict[str, Any], rt: Runtime, prev_result: Any
-) -> dict[str, Any]:
-    """libcni's buildOneConfig: name, cniVersion, runtimeConfig by capability, prevResult."""
-    conf = {**plugin, "name": conflist.name, "cniVersion": conflist.cni_version}
-    caps = plugin.get("capabilities")
-    if isinstance(caps, dict):
-        rc = {k: rt.capability_args[k] for k, on in caps.items() if on and k in rt.capability_args}
-        if rc:
-            conf["runtimeConfig"] = rc
-    if prev_result is not None:
-        conf["prevResult"] = prev_result
-    return conf
-
-
-def exec_plugin(
-    command: str, conf: dict[str, Any], rt: Runtime, index: int
-) -> dict[str, Any] | None:
-    path = find_plugin(str(conf["type"]), rt.cni_path)
-    env = dict(os.environ)
-    env.update(
-        CNI_COMMAND=command,
-        CNI_CONTAINERID=rt.container_id,
-        CNI_NETNS=rt.netns,
-        CNI_IFNAME=rt.ifname,
-        CNI_ARGS=rt.cni_args,
-        CNI_PATH=rt.cni_path,
-    )
-    proc = subprocess.run(
-        [path], input=json.dumps(conf).encode(), env=env, capture_output=True, check=False
-    )
-    where = f"plugin #{index + 1} {conf['type']!r}"
-    if proc.returncode != 0:
-        try:
-            err = json.loads(proc.stdout)
-        except ValueError:
-            err = None
-        if isinstance(err, dict) and "code" in err:
-            detail = f": {err['details']}" if err.get("details") else ""
-            raise ChainError(
-                f"{command} failed at {where}: [{err['code']}] {err.get('msg', '')}{detail}"
-            )
-        text = (proc.stderr or proc.stdout).decode(errors="replace").strip()
-        raise ChainError(f"{command} failed at {where} (exit {proc.returncode}): {text}")
-    if not proc.stdout.strip():
-        return None
-    try:
-        out = json.loads(proc.stdout)
-    except ValueError:
-        raise ChainError(f"{command}: {where} printed something that is not JSON") from None
-    return out if isinstance(out, dict) else None
-
-
-def retyped(result: dict[str, Any] | None, list_version: str) -> dict[str, Any] | None:
-    """A plugin's result as libcni passes it on: parsed in its own version, re-marshalled.
-
-    libcni decodes each result into its version's types and encodes it again for the next
-    plugin; doing the same keeps what the plugins see identical (e.g. "dns": {} appears).
-    """
-    if result is None:
-        return None
-    from common.result import Result
-
-    version = result.get("cniVersion")
-    if not isinstance(version, str) or version not in versions.SUPPORTED_VERSIONS:
-        version = list_version
-    try:
-        return Result.from_json(result, version).to_json(version)
-    except CniError as e:
-        raise ChainError(f"a plugin returned a result that is not valid {version}: {e}") from None
-
-
-def _cache_file(conflist: ConfList, rt: Runtime) -> str:
-    return os.path.join(rt.cache_dir, f"{conflist.name}-{rt.container_id}-{rt.ifname}")
-
-
-def _require(conflist: ConfList, command: str, version: str) -> None:
-    if not versions.at_least(conflist.cni_version, version):
-        raise ChainError(
-            f"{command} needs cniVersion {version} or later, the list has {conflist.cni_version}"
-        )
-
-
-def add(conflist: ConfList, rt: Runtime) -> dict[str, Any] | None:
-    result: dict[str, Any] | None = None
-    for i, plugin in enumerate(conflist.plugins):
-        out = exec_plugin("ADD", plugin_config(conflist, plugin, rt, result), rt, i)
-        result = retyped(out, conflist.cni_version)
-    os.makedirs(rt.cache_dir, mode=0o700, exist_ok=True)
-    cache = {
-        "kind": "cniChainCacheV1",
-        "containerId": rt.container_id,
-        "ifName": rt.ifname,
-        "networkName": conflist.name,
-        "netns": rt.netns,
-        "cniArgs": rt.cni_args,
-        "capabilityArgs": rt.capability_args,
-        "result": result,
-    }
-    tmp = _cache_file(conflist, rt) + ".tmp"
-    # A leftover (or planted) .tmp is replaced, never followed: no symlink makes us
-    # truncate another file.
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(tmp)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    with open(os.open(tmp, flags, 0o600), "w") as f:
-        json.dump(cache, f)
-    os.rename(tmp, _cache_file(conflist, rt))
-    return result
-
-
-def _cached_result(conflist: ConfList, rt: Runtime) -> Any:
-    """The result ADD cached; the arguments ADD had fill those this call leaves empty."""
-    try:
-        with open(_cache_file(conflist, rt), "rb") as f:
-            cached = json.load(f)
-    except (OSError, ValueError):
-        return None
-    if not isinstance(cached, dict):
-        return None
-    if not rt.capability_args and isinstance(cached.get("capabilityArgs"), dict):
-        rt.capability_args = cached["capabilityArgs"]
-    if not rt.cni_args and isinstance(cached.get("cniArgs"), str):
-        rt.cni_args = cached["cniArgs"]
-    return cached.get("result")
-
-
-def check(conflist: ConfList, rt: Runtime) -> None:
-    _require(conflist, "CHECK", "0.4.0")
-    if conflist.disable_check:
-        return
-    cached = _cached_result(conflist, rt)
-    if cached is None:
-        raise ChainError(f"no cached result for {conflist.name}/{rt.container_id}/{rt.ifname}")
-    for i, plugin in enumerate(conflist.plugins):
-        exec_plugin("CHECK", plugin_config(conflist, plugin, rt, cached), rt, i)
-
-
-def delete(conflist: ConfList, rt: Runtime) -> None:
-    cached = _cached_result(conflist, rt)
-    if not versions.at_least(conflist.cni_version, "0.4.0"):
-        cached = None
-    for i in reversed(range(len(conflist.plugins))):
-        conf = plugin_config(conflist, conflist.plugins[i], rt, cached)
-        exec_plugin("DEL", conf, rt, i)
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(_cache_file(conflist, rt))
-
-
-def cached_attachments(conflist: ConfList, cache_dir: str) -> list[dict[str, str]]:
-    out = []
-    for path in sorted(glob.glob(os.path.join(cache_dir, f"{conflist.name}-*"))):
-        try:
-            with open(path, "rb") as f:
-                c = json.load(f)
-        except (OSError, ValueError):
-            continue
-        if isinstance(c, dict) and c.get("networkName") == conflist.name:
-            out.append({"containerID": c.get("containerId", ""), "ifname": c.get("ifName", "")})
-    return out
-
-
-def gc(conflist: ConfList, rt: Runtime, valid: list[dict[str, str]]) -> None:
-    _each_plugin(conflist, rt, "GC", {"cni.dev/valid-attachments": valid})
-
-
-def status(conflist: ConfList, rt: Runtime) -> None:
-    _each_plugin(conflist, rt, "STATUS", {})
-
-
-def _each_plugin(conflist: ConfList, rt: Runtime, command: str, extra: dict[str, Any]) -> None:
-    """GC and STATUS (from cniVersion 1.1.0): every plugin in order, no prevResult."""
-    _require(conflist, command, "1.1.0")
-    for i, plugin in enumerate(conflist.plugins):
-        conf = {**plugin_config(conflist, plugin, rt, None), **extra}
-        exec_plugin(command, conf, rt, i)
-
-
-def version_info(conflist: ConfList, rt: Runtime) -> dict[str, Any]:
-    out = {}
-    for i, plugin in enumerate(conflist.plugins):
-        conf = {"cniVersion": conflist.cni_version, "type": plugin["type"]}
-        out[str(plugin["type"])] = exec_plugin("VERSION", conf, rt, i)
-    return out
+# The chain's machinery lives in cnichain.api; these stay importable from here.
+__all__ = [
+    "ChainError",
+    "ConfList",
+    "Runtime",
+    "add",
+    "find_plugin",
+    "main",
+    "plugin_config",
+    "retyped",
+]
 
 
 # ---------------------------------------------------------------------------- friendly flags

@@ -27,6 +27,23 @@ INTERNAL = 999  # a bug: an unexpected exception
 MAX_STDIN_BYTES = 1 << 20
 
 
+def escape(text: str, *, spaces: bool = False) -> str:
+    """`text` as it may appear in a log line or an error message: every character that could
+    end the line, move the cursor or recolour a terminal (newline, carriage return, ESC of an
+    ANSI sequence, the other control characters, U+2028, lone surrogates...) written the way
+    repr() writes it (`\\n`, `\\x1b`, `\\u2028`), so that a value quoted in a message (a
+    CNI_NETNS, a config value, a tool's output) can never forge a record of its own. With
+    `spaces`, a space too (`\\x20`), for fields that spaces separate (the log prefix).
+
+    The one escaping function: the logger applies it to every record and CniError to its
+    message and details wherever they are written."""
+    if text.isprintable() and not (spaces and " " in text):
+        return text
+    return "".join(
+        "\\x20" if c == " " and spaces else c if c.isprintable() else repr(c)[1:-1] for c in text
+    )
+
+
 class CniError(Exception):
     """An error reported to the runtime as CNI error JSON on stdout."""
 
@@ -37,13 +54,15 @@ class CniError(Exception):
         self.details = details
 
     def to_json(self, cni_version: str) -> dict[str, object]:
-        out: dict[str, object] = {"cniVersion": cni_version, "code": self.code, "msg": self.msg}
+        # Escaped here too: runtimes log msg and details as they get them.
+        out: dict[str, object] = {"cniVersion": cni_version, "code": self.code}
+        out["msg"] = escape(self.msg)
         if self.details:
-            out["details"] = self.details
+            out["details"] = escape(self.details)
         return out
 
     def __str__(self) -> str:
-        return f"{self.msg}: {self.details}" if self.details else self.msg
+        return escape(f"{self.msg}: {self.details}" if self.details else self.msg)
 
 
 def invalid_config(msg: str, details: str = "") -> CniError:

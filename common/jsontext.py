@@ -8,6 +8,10 @@ actual work, never use them. This module drives that same C scanner and encoder,
 results are the ones `json` gives. Malformed input is still a `json.JSONDecodeError` (a
 ValueError) with json's message: only then is `json` imported, to make it.
 
+`_json` is CPython's private module: where it is missing (another implementation, a build
+without it) or its constructors no longer take these arguments, `loads` and `dumps` are
+json's own, with the same results (tests/test_stdlib_fallback.py forces that path).
+
 One addition: an object that has a key twice (the last value wins, as with json.loads)
 comes back as a `RepeatedKeys` dict that names it, which json.loads cannot tell (tuning
 refuses a sysctl given twice).
@@ -15,10 +19,9 @@ refuses a sysctl given twice).
 
 from __future__ import annotations
 
-import _json
-
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
 _WHITESPACE = " \t\n\r"
@@ -60,7 +63,13 @@ class _ScannerSettings:
     }.__getitem__
 
 
-_scan = _json.make_scanner(_ScannerSettings())  # type: ignore[arg-type]
+_scan: Callable[[str, int], tuple[Any, int]] | None
+try:
+    from _json import encode_basestring_ascii, make_encoder, make_scanner
+
+    _scan = make_scanner(_ScannerSettings())  # type: ignore[arg-type]
+except (ImportError, TypeError):
+    _scan = None
 
 
 def _error(message: str, text: str, position: int) -> ValueError:
@@ -92,6 +101,10 @@ def _encoding_of(data: bytes) -> str:
 
 def loads(data: str | bytes) -> Any:
     """json.loads(data)."""
+    if _scan is None:
+        import json
+
+        return json.loads(data, object_pairs_hook=_object)
     if isinstance(data, bytes):
         text = data.decode(_encoding_of(data), "surrogatepass")
     else:
@@ -125,10 +138,14 @@ def _not_serializable(value: object) -> None:
 
 def dumps(value: Any, *, sort_keys: bool = False) -> str:
     """json.dumps(value, sort_keys=...)."""
-    encode = _json.make_encoder(
+    if _scan is None:
+        import json
+
+        return json.dumps(value, sort_keys=sort_keys)
+    encode = make_encoder(
         {},  # markers: refuse circular references, as json.dumps does
         _not_serializable,
-        _json.encode_basestring_ascii,
+        encode_basestring_ascii,
         None,  # indent
         ": ",
         ", ",

@@ -2,7 +2,9 @@
 
 The file is named by the config key "logFile" or the environment variable
 CNI_META_LOG_FILE; with neither, nothing is logged. Every line carries the plugin, the verb
-and the attachment, so one file can serve all plugins of a node.
+and the attachment, so one file can serve all plugins of a node. A record is always one
+line: control characters in it are escaped (common.errors.escape), whatever the message
+quotes (a CNI_NETNS, a config value, a tool's output, a traceback).
 """
 
 from __future__ import annotations
@@ -10,18 +12,10 @@ from __future__ import annotations
 import os
 import time
 
+from common.errors import escape
+
 LOG_ENV = "CNI_META_LOG_FILE"
 LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}
-
-
-def escape_field(value: str) -> str:
-    """`value` as one token of a log line: control characters, other non-printables and
-    whitespace written the way repr() writes them (a newline as \\n; a space, which repr()
-    leaves as it is, as \\x20), so a hostile CNI_IFNAME or container id can neither start a
-    forged line nor shift the fields."""
-    if value.isprintable() and " " not in value:
-        return value
-    return "".join("\\x20" if c == " " else c if c.isprintable() else repr(c)[1:-1] for c in value)
 
 
 class Log:
@@ -34,7 +28,8 @@ class Log:
         if not self.path or LEVELS[level] < self.threshold:
             return
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime())
-        line = f"{stamp} {os.getpid()} {level.upper()} {self.prefix} {msg}\n"
+        # Every record is one line, whatever a message quotes: see escape().
+        line = f"{stamp} {os.getpid()} {level.upper()} {escape(self.prefix)} {escape(msg)}\n"
         try:
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
             try:

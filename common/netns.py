@@ -21,7 +21,6 @@ if TYPE_CHECKING:
 
     T = TypeVar("T")
 
-CLONE_NEWNS = 0x00020000
 CLONE_NEWNET = 0x40000000
 
 
@@ -33,9 +32,10 @@ def libc() -> Any:
     return ctypes.CDLL(None, use_errno=True)
 
 
-def setns(fd: int, nstype: int = CLONE_NEWNET) -> None:
-    """setns(2) on the calling thread; OSError when the kernel refuses."""
-    if libc().setns(fd, nstype) != 0:
+def setns(fd: int) -> None:
+    """setns(2) into the network namespace `fd` on the calling thread; OSError when the
+    kernel refuses."""
+    if libc().setns(fd, CLONE_NEWNET) != 0:
         import ctypes
 
         err = ctypes.get_errno()

@@ -218,13 +218,34 @@ def _checked_address(obj: JsonObject, key: str, *, cidr: bool, required: bool) -
     return value
 
 
-def _read_ip(obj: JsonObject, address_key: str, known: tuple[str, ...]) -> IPConfig:
+def _read_ip(
+    obj: JsonObject, address_key: str, known: tuple[str, ...], interfaces: int = 0
+) -> IPConfig:
     return IPConfig(
         address=_checked_address(obj, address_key, cidr=True, required=True),
         gateway=_checked_address(obj, "gateway", cidr=False, required=False),
-        interface=obj.integer("interface") if address_key == "address" else None,
+        interface=_interface_index(obj, interfaces) if address_key == "address" else None,
         extra=split_known(obj.raw, known),
     )
+
+
+def _interface_index(obj: JsonObject, interfaces: int) -> int | None:
+    """ips[].interface: absent, or an index into the result's `interfaces` (the spec's
+    schema: an integer, minimum 0). -1 is what some 0.3.0-era plugins wrote for "no
+    interface", which the spec asks consumers to take gracefully: it reads as absent (and
+    is left out of the result passed on). Any other value that points at no interface
+    (-2, 10**30, past the end) is error 7 here rather than passed on for the next plugin
+    or the runtime to trip over."""
+    index: int | None = obj.integer("interface")
+    if index == -1:
+        return None
+    if index is not None and not 0 <= index < interfaces:
+        where = f"0 to {interfaces - 1}" if interfaces else "the result has none"
+        raise invalid_config(
+            f"{obj.path('interface')} is {str(index)[:24]}, not an index into interfaces ({where})",
+            "leave it out for an address that is not tied to one of the interfaces",
+        )
+    return index
 
 
 def _str_list(obj: JsonObject, key: str) -> tuple[str, ...]:
@@ -245,9 +266,10 @@ def _read_dns(obj: JsonObject) -> DNS:
 
 def _read_current(obj: JsonObject, version: str) -> Result:
     v11 = versions.at_least(version, "1.1.0")
+    interfaces = [_read_fields(o, Interface, _INTERFACE, v11) for o in obj.objects("interfaces")]
     return Result(
-        interfaces=[_read_fields(o, Interface, _INTERFACE, v11) for o in obj.objects("interfaces")],
-        ips=[_read_ip(o, "address", _IP_KEYS) for o in obj.objects("ips")],
+        interfaces=interfaces,
+        ips=[_read_ip(o, "address", _IP_KEYS, len(interfaces)) for o in obj.objects("ips")],
         routes=[_read_fields(o, Route, _ROUTE, v11) for o in obj.objects("routes")],
         dns=_read_dns(obj),
         extra=split_known(obj.raw, _RESULT_KEYS),

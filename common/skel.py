@@ -13,7 +13,7 @@ import sys
 
 from common import jsontext as json
 from common import versions
-from common.errors import INTERNAL, MAX_STDIN_BYTES, CniError
+from common.errors import INTERNAL, MAX_STDIN_BYTES, CniError, escape
 
 # `typing` costs several ms to import; type checkers treat this name as true whatever its
 # value, so the annotations below are checked without the runtime paying for them.
@@ -120,7 +120,7 @@ def version_answer(data: bytes) -> dict[str, Any]:
 
 
 def _make_log(plugin: str, raw: dict[str, Any] | None, env: Mapping[str, str]) -> Log:
-    from common.log import LOG_ENV, Log, escape_field
+    from common.log import LOG_ENV, Log
 
     raw = raw or {}
     path = raw.get("logFile")
@@ -132,10 +132,10 @@ def _make_log(plugin: str, raw: dict[str, Any] | None, env: Mapping[str, str]) -
         env.get("CNI_IFNAME", "-")[:64],
     )
     # Logged before they are validated (a refusal of them is logged too): escaped.
-    command = escape_field(env.get("CNI_COMMAND", "-")[:16])
+    command = escape(env.get("CNI_COMMAND", "-")[:16], spaces=True)
     return Log(
         path if isinstance(path, str) and path else env.get(LOG_ENV, ""),
-        f"{plugin} {command} {'/'.join(escape_field(x) for x in owner)}",
+        f"{plugin} {command} {'/'.join(escape(x, spaces=True) for x in owner)}",
         level if isinstance(level, str) else "info",
     )
 
@@ -209,7 +209,7 @@ def run(
                 INTERNAL, f"internal error in {plugin.name}: {type(e).__name__}", str(e)
             )
         _emit(out, failure.to_json(error_version or _best_effort_version(data)))
-        print(f"{plugin.name}: {command} failed: {failure}", file=err)
+        print(f"{plugin.name}: {escape(command)} failed: {failure}", file=err)
         return 1
 
 

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from typing import Any, Protocol
 
     from common.gc import AttachmentId
+    from common.log import Log
 
     class Owner(Protocol):
         """Whose entry: a Request, an entry itself, or any (network, container, ifname)."""
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
         @staticmethod
         def file_name(network: str, container_id: str, ifname: str) -> str: ...
         @classmethod
-        def from_json(cls, raw: Any) -> Any: ...  # an entry, or None for a foreign file
+        def from_json(cls, raw: Any) -> Any: ...  # an entry, None or ValueError: unusable
 
     Stamps = dict[str, tuple[int, int]]
 
@@ -206,14 +207,12 @@ class StateDir:
                 os.close(dir_fd)
         return True
 
-    def read_json(self, name: str) -> Any:
-        """The file's content, or None when there is none (or it is unreadable garbage)."""
+    def read_bytes(self, name: str) -> bytes | None:
+        """The file's bytes, or None when there is none."""
         try:
             with open(os.open(self.path(name), os.O_RDONLY | _NOFOLLOW), "rb") as f:
-                return json.loads(f.read())
-        except (FileNotFoundError, ValueError):
-            # A torn file cannot come from write_json; treat a corrupted one as absent
-            # rather than making DEL fail forever.
+                return f.read()
+        except FileNotFoundError:
             return None
         except OSError as e:
             raise CniError(
@@ -258,9 +257,10 @@ class AttachmentStore(StateDir):
     tuning's) is put back where it was found.
     """
 
-    def __init__(self, directory: str, codec: type[Codec]) -> None:
+    def __init__(self, directory: str, codec: type[Codec], log: Log | None = None) -> None:
         super().__init__(directory)
         self.codec = codec
+        self.log = log  # where load says which file it could not use
 
     def file_of(self, owner: Owner) -> str:
         return self.codec.file_name(owner.network, owner.container_id, owner.ifname)
@@ -269,12 +269,50 @@ class AttachmentStore(StateDir):
         return os.path.exists(self.path(self.file_of(owner)))
 
     def load(self, owner: Owner) -> Any:
-        """The attachment's entry, or None (no file, or one that is not an entry)."""
-        return self.read(self.file_of(owner))
+        """The attachment's entry, or None: no file, or one it cannot use (see examine;
+        said in the store's log). The caller's next save or forget replaces or removes
+        such a file: a DEL forgets it whatever it held, so that it always finishes."""
+        name = self.file_of(owner)
+        entry, problem = self.examine(name)
+        if problem and self.log is not None:
+            self.log.warning(f"ignoring unusable state file {self.path(name)}: {problem}")
+        return entry
 
     def read(self, name: str) -> Any:
-        raw = self.read_json(name)
-        return None if raw is None else self.codec.from_json(raw)
+        return self.examine(name)[0]
+
+    def examine(self, name: str) -> tuple[Any, str]:
+        """(entry, "") from the file `name`; (None, "") when there is none; (None, what is
+        wrong) when it is there but no call can use it: not JSON, nested too deep, or
+        refused by the codec (a value of the wrong type or out of range)."""
+        data = self.read_bytes(name)
+        if data is None:
+            return None, ""
+        raw, problem = decode(data)
+        if not problem:
+            try:
+                entry = self.codec.from_json(raw)
+            except Exception as e:  # pure decoding of a damaged file: whatever it provokes
+                problem = f"{type(e).__name__}: {e}"
+            else:
+                if entry is not None:
+                    return entry, ""
+                problem = f"not a {self.codec.__name__}"
+        return None, f"{problem[:120]} ({len(data)} bytes: {data[:300]!r})"
+
+    def unusable(self, before: Stamps, prefix: str = "") -> list[tuple[str, str]]:
+        """(name, what is wrong) of each file whose name starts with `prefix` that no call
+        can use (examine), unchanged since GC started (`before`, see sweep): GC removes
+        them, as a DEL does its own. An ADD writes whole files, so a file that changed
+        meanwhile is left to the next GC."""
+        now = self.stamps()
+        out = []
+        for name in self.names():
+            if name.startswith(prefix) and name in before and before[name] == now.get(name):
+                problem = self.examine(name)[1]
+                if problem:
+                    out.append((name, problem))
+        return out
 
     def save(self, owner: Owner, entry: Any) -> None:
         self.write_json(self.file_of(owner), entry.to_json())
@@ -334,6 +372,17 @@ class AttachmentStore(StateDir):
         return stale, in_flight
 
 
+def decode(data: bytes) -> tuple[Any, str]:
+    """(content, "") of a state file's bytes, or (None, why) for bytes that are not JSON we
+    can decode. A torn file cannot come from write_json, but a damaged or planted one must
+    not make every DEL fail: RecursionError (thousands of nested arrays) is caught as well
+    as ValueError (not JSON, not UTF-8)."""
+    try:
+        return json.loads(data), ""
+    except (ValueError, RecursionError) as e:
+        return None, f"{type(e).__name__}: {e}"
+
+
 def lock_timeout() -> float:
     """CNI_META_LOCK_TIMEOUT in seconds (default 30); a value that is not a non-negative
     number falls back to the default rather than making every verb fail."""
@@ -358,8 +407,7 @@ def _flock(fd: int, path: str, timeout: float) -> bool:
     The wait is a blocking flock cut off by SIGALRM: a blocked flock is woken the moment
     the holder lets go, where a poller with sleeps loses that race to every caller that
     happens to be awake and can starve for the whole timeout (16 tuning ADDs at once did,
-    on one dataDir lock). Signals need the main thread: plugin code runs there (the
-    helper's workers too, being forked processes).
+    on one dataDir lock). Signals need the main thread: plugin code runs there.
     """
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

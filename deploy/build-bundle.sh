@@ -95,6 +95,12 @@ done | sort -u | while read -r lib; do
 done
 [ -e "$out/lib/ld-linux.so" ] || die "no dynamic loader found for $py"
 
-# A compiled stdlib and site: every plugin start then skips compiling.
-"$py" -I -m compileall -q "$out/lib/python$ver" "$out/site" >/dev/null 2>&1 || true
+# A compiled stdlib and site: every plugin start then skips compiling. The bytecode is
+# checked against nothing (unchecked-hash): the bundle is never edited in place, and the
+# sources' times do not survive every copy (an image layer keeps whole seconds), which
+# would make timestamp-checked bytecode stale and every start compile from source. The
+# paths recorded in it are relative to the bundle (-s), so the bytecode does not depend on
+# where the bundle was built (the import system names the real file at run time anyway).
+"$py" -I -m compileall -q -f --invalidation-mode unchecked-hash -s "$out" \
+    "$out/lib/python$ver" "$out/site" >/dev/null 2>&1 || true
 echo "$out"

@@ -17,14 +17,22 @@
 # --root DIR writes everything below DIR (a scratch root in tests, the node's / mounted at
 # /host in the DaemonSet) while the launchers name the paths as seen from DIR's inside.
 #
-# PREFIX/cni-meta-helper is the same kind of launcher for the optional resident helper
-# (docs/helper.md): deploy/cni-meta-helper.service and the DaemonSet's helper-patch.yaml
-# run it. It is only written, never started here.
+# Every install copies the runtime into a new versioned directory (PREFIX/venv.STAMP or
+# PREFIX/bundle.STAMP) and the launchers name that directory itself, not the PREFIX/venv or
+# PREFIX/bundle symlink (which only shows which one is current): a call keeps importing from
+# the tree it started on, however late its lazy imports, even if an upgrade lands meanwhile.
+# An upgrade keeps the previous tree (for calls still running on it) and removes the older
+# ones, so a call may span one upgrade, not two.
 #
+# install.sh removes only names it recorded in PREFIX/.cni-meta-plugins as made by itself,
+# and refuses to take over a name it did not make: the prefix may be shared (--prefix /opt).
 # Executables of the same name that are not ours (e.g. the Go portmap) are moved aside to
 # PREFIX/displaced and put back by --uninstall; every other file in the bin dir (bridge,
 # host-local, ...) is left alone. Each file is written under a temporary name and renamed,
 # so a runtime never execs a half-written plugin.
+#
+# An install or uninstall over one that had the retired resident helper stops and removes
+# its systemd unit (on the running system only: not below --root) and its launcher.
 set -eu
 
 MARKER="cni-meta-plugins launcher"
@@ -43,7 +51,7 @@ quiet=""
 bin_dir_given=""
 
 usage() {
-    sed -n '2,25s/^# \{0,1\}//p' "$0"
+    sed -n '2,35s/^# \{0,1\}//p' "$0"
     cat <<EOF
 options:
   --bin-dir DIR    CNI bin dir to install into (default /opt/cni/bin, env CNI_BIN_DIR)
@@ -93,7 +101,11 @@ fi
 R_BIN="$root$bin_dir"
 R_PREFIX="$root$prefix"
 
+RECORD="$R_PREFIX/.cni-meta-plugins"
+HELPER_UNIT="/etc/systemd/system/cni-meta-helper.service"
+
 is_ours() { [ -f "$1" ] && grep -q "$MARKER" "$1" 2>/dev/null; }
+exists() { [ -e "$1" ] || [ -L "$1" ]; }
 
 # Write stdin to $1 atomically with mode 0755.
 put_executable() {
@@ -103,10 +115,73 @@ put_executable() {
     mv -f "$tmp" "$1"
 }
 
+# The install record: `format=2`, `bin_dir=`, `plugins=`, and one `made=NAME` line for each
+# name below PREFIX that install.sh created (`.` for PREFIX itself). A name is recorded
+# before it is created, so an interrupted install leaves nothing unrecorded behind.
+made() { [ -f "$RECORD" ] && grep -qxF "made=$1" "$RECORD"; }
+note_made() { echo "made=$1" >>"$RECORD"; }
+forget() {
+    grep -vxF "made=$1" "$RECORD" >"$RECORD.tmp.$$" || true
+    mv -f "$RECORD.tmp.$$" "$RECORD"
+}
+made_names() { [ ! -f "$RECORD" ] || sed -n 's/^made=//p' "$RECORD"; }
+set_field() { # key value: replace or add the line key=value of the record
+    { grep -v "^$1=" "$RECORD" || true; echo "$1=$2"; } >"$RECORD.tmp.$$"
+    mv -f "$RECORD.tmp.$$" "$RECORD"
+}
+
+# A record of an older install.sh names nothing: adopt what that version made (its links,
+# the tree each points to, displaced/, the prefix), as it could only have made those.
+adopt_old_record() {
+    if [ ! -f "$RECORD" ] || grep -qx 'format=2' "$RECORD"; then return 0; fi
+    { echo format=2; grep '^bin_dir=\|^plugins=' "$RECORD" || true; echo "made=."; } \
+        >"$RECORD.tmp.$$"
+    mv -f "$RECORD.tmp.$$" "$RECORD"
+    for link in venv bundle; do
+        [ -L "$R_PREFIX/$link" ] || continue
+        note_made "$link"
+        tree=$(readlink "$R_PREFIX/$link")
+        case $tree in */*) ;; "$link".*) [ ! -d "$R_PREFIX/$tree" ] || note_made "$tree" ;; esac
+    done
+    [ ! -d "$R_PREFIX/displaced" ] || note_made displaced
+}
+
+# A name install.sh is about to create: refused when something it did not make is there.
+claim() {
+    if made "$1"; then return 0; fi
+    ! exists "$R_PREFIX/$1" \
+        || die "$R_PREFIX/$1 exists and was not made by install.sh: choose another --prefix"
+    note_made "$1"
+}
+
+# The retired resident helper: its unit (the one `make install-helper` wrote, running our
+# launcher) is stopped and removed, systemd told only when it manages the system we write
+# to (never below --root); then its launcher.
+retire_helper() {
+    unit="$root$HELPER_UNIT"
+    if [ -f "$unit" ] && grep -qF "$prefix/cni-meta-helper" "$unit"; then
+        live=""
+        if [ -z "$root" ] && [ -d /run/systemd/system ] && command -v systemctl >/dev/null; then
+            live=1
+            systemctl disable --now cni-meta-helper.service >/dev/null 2>&1 \
+                || say "could not stop cni-meta-helper.service; removing its unit anyway"
+        fi
+        wants="$root/etc/systemd/system/multi-user.target.wants/cni-meta-helper.service"
+        if [ -L "$wants" ]; then rm -f "$wants"; fi
+        rm -f "$unit"
+        if [ -n "$live" ]; then systemctl daemon-reload || true; fi
+        say "removed the retired helper's unit $unit"
+    fi
+    if is_ours "$R_PREFIX/cni-meta-helper"; then
+        rm -f "$R_PREFIX/cni-meta-helper"
+        say "removed the retired helper's launcher $R_PREFIX/cni-meta-helper"
+    fi
+}
+
 uninstall() {
     # Without --bin-dir, remove from where the last install put the plugins.
-    if [ -z "$bin_dir_given" ] && [ -f "$R_PREFIX/.cni-meta-plugins" ]; then
-        recorded=$(sed -n 's/^bin_dir=//p' "$R_PREFIX/.cni-meta-plugins")
+    if [ -z "$bin_dir_given" ] && [ -f "$RECORD" ]; then
+        recorded=$(sed -n 's/^bin_dir=//p' "$RECORD")
         if [ -n "$recorded" ]; then
             bin_dir=$recorded
             R_BIN="$root$bin_dir"
@@ -123,21 +198,25 @@ uninstall() {
             say "restored $target"
         fi
     done
-    # Remove only what install.sh made (the prefix may be shared, e.g. --prefix /opt).
-    if [ -f "$R_PREFIX/.cni-meta-plugins" ]; then
-        if is_ours "$R_PREFIX/cni-meta-helper"; then rm -f "$R_PREFIX/cni-meta-helper"; fi
-        for made in "$R_PREFIX"/venv "$R_PREFIX"/venv.* "$R_PREFIX"/bundle "$R_PREFIX"/bundle.*; do
-            if [ -L "$made" ] || [ -e "$made" ]; then rm -rf "$made"; fi
-        done
+    retire_helper
+    [ -f "$RECORD" ] || return 0
+    adopt_old_record
+    # Only the recorded names: the prefix may be shared (e.g. --prefix /opt).
+    for name in $(made_names); do
+        case $name in
+            . | displaced) ;;
+            *) if exists "$R_PREFIX/$name"; then rm -rf "${R_PREFIX:?}/$name"; fi ;;
+        esac
+    done
+    if made displaced; then
         rmdir "$R_PREFIX/displaced" 2>/dev/null || true
         [ ! -d "$R_PREFIX/displaced" ] || say "kept $R_PREFIX/displaced (not restored: a file is in the way)"
-        rm -f "$R_PREFIX/.cni-meta-plugins"
-        rmdir "$R_PREFIX" 2>/dev/null && say "removed $R_PREFIX" || true
     fi
+    prefix_made=""
+    if made .; then prefix_made=1; fi
+    rm -f "$RECORD"
+    if [ -n "$prefix_made" ] && rmdir "$R_PREFIX" 2>/dev/null; then say "removed $R_PREFIX"; fi
 }
-
-# The module whose main() a launcher runs: a plugin's table of contents, or the helper.
-module_of() { if [ "$1" = cni-meta-helper ]; then echo cnihelper.server; else echo "$1.__main__"; fi; }
 
 python_launcher() { # plugin interpreter paths -> launcher text on stdout
     cat <<EOF
@@ -145,10 +224,12 @@ python_launcher() { # plugin interpreter paths -> launcher text on stdout
 # $MARKER: $1 (deploy/install.sh). -I: the caller's PYTHON* variables, user site and cwd
 # are ignored, so the plugin behaves the same under every runtime. -S: site.py is not run
 # (it costs a few ms on every container start); the environment's own import paths were
-# resolved when this file was written. The plugins exec no programs: PATH does not matter.
+# resolved when this file was written, in the versioned tree that an upgrade leaves in
+# place for calls still running on it. The only programs a plugin execs are looked up in
+# the system's own directories: PATH does not matter.
 import sys
 sys.path += $3
-from $(module_of "$1") import main
+from $1.__main__ import main
 main()
 EOF
 }
@@ -157,7 +238,7 @@ shell_launcher() { # plugin interpreter paths -> launcher text (when the shebang
     cat <<EOF
 #!/bin/sh
 # $MARKER: $1 (deploy/install.sh)
-exec "$2" -I -S -c 'import sys; sys.path += $3; from $(module_of "$1") import main; main()' "\$@"
+exec "$2" -I -S -c 'import sys; sys.path += $3; from $1.__main__ import main; main()' "\$@"
 EOF
 }
 
@@ -173,7 +254,7 @@ bare = subprocess.run([sys.executable, "-I", "-S", "-c", "import sys; print(sys.
 seen = set(ast.literal_eval(bare))
 root = sys.argv[1]
 added = [p for p in sys.path if p and p not in seen]
-added.sort(key=lambda p: not os.path.isfile(os.path.join(p, "common", "fastpath.py")))
+added.sort(key=lambda p: not os.path.isfile(os.path.join(p, "common", "skel.py")))
 extra = [p[len(root):] if root and p.startswith(root + "/") else p for p in added]
 print(json.dumps(extra))
 EOF
@@ -187,31 +268,39 @@ B="$2"
 PATH="$SYSTEM_PATH\${PATH:+:\$PATH}"
 export PATH
 exec "\$B/lib/ld-linux.so" --library-path "\$B/lib" "\$B/bin/python3" -I -S \\
-    -c 'import sys; sys.path.insert(0, "'"\$B"'/site"); from $(module_of "$1") import main; main()' "\$@"
+    -c 'import sys; sys.path.insert(0, "'"\$B"'/site"); from $1.__main__ import main; main()' "\$@"
 EOF
 }
 
-# Point the symlink $2 at $1 (a sibling dir) in one rename, then drop the older siblings:
-# a runtime exec'ing a plugin meanwhile sees either the old tree or the new one.
-swap_link() {
-    ln -s "$1" "$2.link.$$"
-    mv -T "$2.link.$$" "$2"
-    for old in "$2".*; do
-        case ${old##*/} in "$1" | *.link.*) ;; *) [ -d "$old" ] && rm -rf "$old" ;; esac
-    done
+# The tree the symlink PREFIX/$1 names now (nothing if none): calls may still run on it.
+current_tree() {
+    if made "$1" && [ -L "$R_PREFIX/$1" ]; then readlink "$R_PREFIX/$1"; fi
     return 0
 }
 
-prepare_runtime() { # sets $interp (path as seen from inside root)
-    mkdir -p "$R_PREFIX"
-    : >"$R_PREFIX/.cni-meta-plugins"
+# Point the symlink PREFIX/$2 at the tree $1 in one rename (it shows which tree is current).
+swap_link() {
+    claim "$2"
+    ln -s "$1" "$R_PREFIX/$2.link.$$"
+    mv -T "$R_PREFIX/$2.link.$$" "$R_PREFIX/$2"
+}
+
+# A fresh versioned tree of kind $1 (venv or bundle): $fresh, recorded and created empty.
+new_tree() {
+    fresh="$1.$(date +%s).$$"
+    claim "$fresh"
+    mkdir "$R_PREFIX/$fresh"
+}
+
+prepare_runtime() { # sets $interp (as seen from inside root) and $tree (the new tree's name)
+    tree=""
     if [ -n "$bundle" ]; then
         [ -x "$bundle/bin/python3" ] && [ -e "$bundle/lib/ld-linux.so" ] \
             || die "$bundle is not a bundle made by deploy/build-bundle.sh"
-        fresh="bundle.$(date +%s).$$"
-        cp -a "$bundle" "$R_PREFIX/$fresh"
-        swap_link "$fresh" "$R_PREFIX/bundle"
-        interp="$prefix/bundle"
+        new_tree bundle
+        cp -a "$bundle/." "$R_PREFIX/$fresh/"
+        tree=$fresh
+        interp="$prefix/$fresh"
         return
     fi
     if [ -n "$venv" ]; then
@@ -223,8 +312,8 @@ prepare_runtime() { # sets $interp (path as seen from inside root)
     fi
     [ -f "$source_dir/pyproject.toml" ] || die "no project source in $source_dir (use --source)"
     command -v "$python" >/dev/null || die "no interpreter $python (use --python)"
-    say "building a venv in $R_PREFIX from $source_dir"
-    fresh="venv.$(date +%s).$$"
+    new_tree venv
+    say "building a venv in $R_PREFIX/$fresh from $source_dir"
     "$python" -m venv "$R_PREFIX/$fresh"
     # Build from a copy: pip must not drop build/ or *.egg-info into the source tree.
     src_copy=$(mktemp -d)
@@ -232,22 +321,64 @@ prepare_runtime() { # sets $interp (path as seen from inside root)
     (cd "$source_dir" && tar --exclude=./.venv --exclude=./.git --exclude='*/__pycache__' \
         --exclude=./build --exclude='*.egg-info' -cf - .) | tar -C "$src_copy" -xf -
     "$R_PREFIX/$fresh/bin/python" -m pip install -q --disable-pip-version-check "$src_copy" \
-        || { rm -rf "${R_PREFIX:?}/$fresh"; die "pip install failed"; }
-    # python finds the venv through the path it was started by (pyvenv.cfg beside bin/),
-    # so the stable name can be a symlink.
-    swap_link "$fresh" "$R_PREFIX/venv"
-    interp="$prefix/venv/bin/python"
+        || { rm -rf "${R_PREFIX:?}/$fresh"; forget "$fresh"; die "pip install failed"; }
+    tree=$fresh
+    interp="$prefix/$fresh/bin/python"
+}
+
+# After an install: keep the new tree and the ones current before it (calls that started
+# on them may still import from them); remove the older trees this script made.
+prune_trees() {
+    for name in $(made_names); do
+        case $name in venv.* | bundle.*) ;; *) continue ;; esac
+        case " $tree $previous " in *" $name "*) continue ;; esac
+        rm -rf "${R_PREFIX:?}/$name"
+        forget "$name"
+    done
+}
+
+# Before anything is written: every name this install will create must be free or ours.
+preflight() {
+    needed=""
+    if [ -n "$bundle" ]; then needed=bundle; elif [ -z "$venv" ]; then needed=venv; fi
+    for p in $plugins; do
+        if [ -e "$R_BIN/$p" ] && ! is_ours "$R_BIN/$p"; then needed="$needed displaced"; fi
+    done
+    for name in $needed; do
+        if exists "$R_PREFIX/$name" && ! made "$name"; then
+            die "$R_PREFIX/$name exists and was not made by install.sh: choose another --prefix"
+        fi
+    done
 }
 
 install() {
+    adopt_old_record
+    preflight
+    if [ ! -d "$R_PREFIX" ]; then
+        mkdir -p "$R_PREFIX"
+        printf 'format=2\nmade=.\n' >"$RECORD"
+    elif [ ! -f "$RECORD" ]; then
+        echo format=2 >"$RECORD"
+    fi
+    retire_helper
+    previous="$(current_tree venv) $(current_tree bundle)"
     prepare_runtime
     paths=""
     [ -n "$bundle" ] || paths=$(site_paths "$interp") || die "cannot ask $interp for its import paths"
-    mkdir -p "$R_BIN" "$R_PREFIX/displaced"
-    for p in $plugins cni-meta-helper; do
+    # Launchers of ours already in the bin dir are rewritten too: each names the new tree,
+    # so none is left naming a tree that a later upgrade removes.
+    for p in portmap bandwidth tuning; do
+        case " $plugins " in *" $p "*) continue ;; esac
+        if is_ours "$R_BIN/$p"; then plugins="$plugins $p"; fi
+    done
+    mkdir -p "$R_BIN"
+    for p in $plugins; do
         target="$R_BIN/$p"
-        [ "$p" != cni-meta-helper ] || target="$R_PREFIX/$p"
         if [ -e "$target" ] && ! is_ours "$target"; then
+            if ! made displaced; then
+                claim displaced
+                mkdir -p "$R_PREFIX/displaced"
+            fi
             mv -f "$target" "$R_PREFIX/displaced/$p"
             say "moved the existing $target aside to $R_PREFIX/displaced/$p"
         fi
@@ -260,13 +391,20 @@ install() {
         fi | put_executable "$target"
         say "installed $target"
     done
-    rmdir "$R_PREFIX/displaced" 2>/dev/null || true
-    printf 'bin_dir=%s\nplugins=%s\n' "$bin_dir" "$plugins" >"$R_PREFIX/.cni-meta-plugins"
-    # A resident helper started from the old tree declines calls from the new one (it
-    # checks which installed code calls it); restart it if systemd runs one here.
-    if [ -z "$root" ] && [ -d /run/systemd/system ] && command -v systemctl >/dev/null; then
-        systemctl try-restart cni-meta-helper.service 2>/dev/null || true
-    fi
+    # PREFIX/venv or PREFIX/bundle names the current tree; the other kind's link would name
+    # one that is no longer current.
+    for kind in venv bundle; do
+        case $tree in
+            "$kind".*) swap_link "$tree" "$kind" ;;
+            *) if made "$kind"; then
+                   rm -f "$R_PREFIX/$kind"
+                   forget "$kind"
+               fi ;;
+        esac
+    done
+    prune_trees
+    set_field bin_dir "$bin_dir"
+    set_field plugins "$plugins"
 }
 
 if [ "$action" = uninstall ]; then

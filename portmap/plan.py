@@ -73,6 +73,9 @@ class Plan(Value):
     skipped: tuple[str, ...] = ()  # human notes: mappings that apply to no family here
     mark_bit: int = DEFAULT_MARK_BIT  # iptables backend: the "masquerade me" fwmark bit
     external_mark_chain: str = ""  # iptables backend: jump here instead of SETMARK
+    # iptables backend: (protocol, host port, count) of every mapping in config order,
+    # each family's included: Go's jumps list them all
+    host_ports: tuple[tuple[str, int, int], ...] = ()
 
     @property
     def empty(self) -> bool:
@@ -177,4 +180,5 @@ def make_plan(
         skipped,
         config.options.mark_masq_bit,
         config.options.external_set_mark_chain,
+        tuple((m.protocol, m.host_port, m.count) for m in config.mappings),
     )

@@ -20,13 +20,14 @@ if TYPE_CHECKING:
     from typing import Any
 
     from common.gc import AttachmentId
+    from common.log import Log
     from common.state import Stamps
 
 PLUGIN = "portmap"
 
 
-def store() -> AttachmentStore:
-    return AttachmentStore(plugin_dir(PLUGIN), Recorded)
+def store(log: Log | None = None) -> AttachmentStore:
+    return AttachmentStore(plugin_dir(PLUGIN), Recorded, log)
 
 
 class Recorded(Value):
@@ -112,3 +113,14 @@ def sweep(
     keep = {Attachment(network, a.container_id, a.ifname).tag for a in [*valid, *in_flight]}
     prefix = network_tag(network) + "-"
     return lambda tag: tag.startswith(prefix) and tag not in keep
+
+
+def drop_unusable(store: AttachmentStore, network: str, before: Stamps, log: Log) -> None:
+    """GC: remove `network`'s state files that no call can use (AttachmentStore.unusable;
+    a file's name starts with its network's tag). Outside the backends' locks, which
+    guard one backend each while such a file says neither: should an ADD replace it
+    between the check and the removal, that attachment is left without an entry, which
+    DEL and GC tolerate (the kernel's owner tags stay the authority)."""
+    for name, problem in store.unusable(before, network_tag(network) + "-"):
+        store.remove(name)
+        log.warning(f"gc: removed unusable state file {store.path(name)}: {problem}")

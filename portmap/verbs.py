@@ -81,7 +81,7 @@ def add(request: Request) -> Result | None:
         )
     if not config.mappings:
         return None  # pass prevResult through, in the config's cniVersion
-    sd = state.store()
+    sd = state.store(request.log)
     backend = backends.choose(config.options, sd, request.log)
     plan = make_plan(config, attachment(request), prev, backend.name)
     for note in plan.skipped:
@@ -103,7 +103,7 @@ def add(request: Request) -> Result | None:
 
 def delete(request: Request) -> None:
     att = attachment(request)
-    sd = state.store()
+    sd = state.store(request.log)
     try:
         config = cfg.parse(request.conf)
     except CniError as e:
@@ -138,7 +138,7 @@ def check(request: Request) -> None:
         raise invalid_config("CHECK needs a prevResult", "the configuration has no prevResult")
     if not config.mappings:
         return
-    sd = state.store()
+    sd = state.store(request.log)
     backend = backends.choose(config.options, sd, request.log)
     plan = make_plan(config, attachment(request), prev, backend.name)
     if plan.empty:
@@ -168,17 +168,21 @@ def gc(request: Request) -> None:
     from common.gc import valid_attachments
 
     config = cfg.parse(request.conf)
-    sd = state.store()
+    sd = state.store(request.log)
     before = sd.stamps()  # before any lock: see AttachmentStore.sweep
     valid = valid_attachments(request.conf.body)
+    state.drop_unusable(sd, request.network, before, request.log)
     names = {backends.resolve(config.options)}
     names |= {e.backend for e in sd.entries(request.network).values() if e.backend in cfg.BACKENDS}
+    from portmap import probe
+
+    # the iptables backend's chains are the Go portmap's too, made perhaps before ours
+    # was installed: its GC runs wherever CNI-HOSTPORT-DNAT is (a cheap look)
+    if any(probe.may_have(v, f, "CNI-HOSTPORT-DNAT") for v in ("nft", "legacy") for f in (4, 6)):
+        names.add("iptables")
     for name in sorted(names):
         backend = backends.make(name, sd, request.log)
         flush_conntrack(backend.gc(request.network, valid, before), request.log)
-    from portmap import go_takeover  # what the Go portmap made on this network
-
-    flush_conntrack(go_takeover.gc(request.network, valid, sd, request.log), request.log)
 
 
 def status(request: Request) -> None:

@@ -1,6 +1,7 @@
-"""The iptables backend: the Go portmap's nat rules, written with iptables-restore on the
-host's variant (legacy or nf_tables). Rules, transactions, locking and the choice of
-variant: docs/portmap.md#iptables-backend.
+"""The iptables backend: the Go portmap's nat rules, chains and names, written with
+iptables-restore on the host's variant (legacy or nf_tables), so that Go's DEL removes
+what ours added and ours what Go's added. Rules, names, transactions, locking and the
+choice of variant: docs/portmap.md#iptables-backend.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import os
 
 from common.digest import sha512_hex
 from common.errors import (
+    CONFLICT,
     KERNEL_FAILURE,
     STATUS_UNAVAILABLE,
     TRY_AGAIN_LATER,
@@ -19,7 +21,7 @@ from common.log import Log
 from common.state import LOCK_TIMEOUT_ENV, AttachmentStore, lock_timeout
 from common.values import Value
 from portmap import state
-from portmap.config import IPT_ADDRESS_OPTIONS, Attachment
+from portmap.config import IPT_ADDRESS_OPTIONS, Attachment, network_tag
 from portmap.plan import MASQ_ALL, MASQ_NONE, FamilyPlan, Forward, Plan, UdpTargets
 
 TYPE_CHECKING = False
@@ -34,17 +36,57 @@ TOP = "CNI-HOSTPORT-DNAT"
 SETMARK = "CNI-HOSTPORT-SETMARK"
 MASQ = "CNI-HOSTPORT-MASQ"
 LOCK = "iptables.lock"
-COMMENT_PREFIX = "portmap "
+CHAIN_PREFIX = "CNI-DN-"
+OLD_COMMENT_PREFIX = "portmap "  # the jumps of our naming before Go's: "portmap <tag> ..."
+GO_COMMENT = 'dnat name: "{}" id: "{}"'
+MULTIPORT_PORTS = 15  # what one multiport match holds (a range takes two)
 VARIANTS = ("nft", "legacy")
 VARIANT_ENV = "CNI_META_IPTABLES"
-# Runtimes exec plugins with all sorts of PATHs (or none): look where distributions put it.
-TOOL_DIRS = ("/usr/sbin", "/sbin", "/usr/bin", "/bin", "/usr/local/sbin")
+# The only directories a tool is run from (absolute, root's own), never PATH: runtimes
+# exec plugins with all sorts of PATHs (or none, or relative entries).
+TOOL_DIRS = ("/usr/sbin", "/sbin", "/usr/bin", "/bin", "/usr/local/sbin", "/usr/local/bin")
 Words = list[str]
 
 
+def go_chain_name(network: str, container_id: str) -> str:
+    """Go's per-attachment chain: CNI-DN- and the start of sha512(network + container id)
+    in hex, 28 characters in all (iptables' limit)."""
+    return (CHAIN_PREFIX + sha512_hex((network + container_id).encode()))[:28]
+
+
+def second_chain_name(att: Attachment) -> str:
+    """The chain of a second attachment of one container to one network (another
+    ifname), whose Go name the first one has. "/" is in no network name or container
+    id, so this hash input is never Go's for any pair."""
+    raw = f"{att.network}/{att.container_id}/{att.ifname}"
+    return (CHAIN_PREFIX + sha512_hex(raw.encode()))[:28]
+
+
+def old_chain_name(att: Attachment) -> str:
+    """The chain name of our releases before Go's naming (hash of the tag): attachments
+    added then are still deleted by it."""
+    return CHAIN_PREFIX + sha512_hex(att.tag.encode())[:21]
+
+
 def chain_name(att: Attachment) -> str:
-    """CNI-DN- + 21 hex digits, like the reference (28 characters, iptables' limit)."""
-    return "CNI-DN-" + sha512_hex(att.tag.encode())[:21]
+    """The chain an ADD gives `att` unless Go's name is taken (see second_chain_name)."""
+    return go_chain_name(att.network, att.container_id)
+
+
+def go_comment(network: str, container_id: str) -> str:
+    """The comment of Go's jumps, cut as Go cuts it (iptables keeps 255 bytes)."""
+    text = GO_COMMENT.format(network, container_id)
+    raw = text.encode()
+    return text if len(raw) <= 255 else raw[:253].decode(errors="ignore") + "..."
+
+
+def parse_go_comment(comment: str) -> tuple[str, str] | None:
+    """(network, container id) of a comment in Go's format, or None."""
+    head, sep, rest = comment.partition('dnat name: "')
+    network, sep2, rest = rest.partition('" id: "')
+    if head or not sep or not sep2 or not rest.endswith('"'):
+        return None
+    return network, rest[:-1]
 
 
 # ---------------------------------------------------------------------------- the tools
@@ -178,9 +220,13 @@ def restore(variant: str, family: int, lines: list[str]) -> str:
 
 
 def host_default() -> str:
-    """The variant of the host's `iptables` command (Debian/RHEL alternatives)."""
-    for d in [*os.environ.get("PATH", "").split(":"), *TOOL_DIRS]:
-        path = os.path.join(d or ".", "iptables")
+    """The variant of the host's `iptables` command (Debian/RHEL alternatives).
+
+    Looked up in TOOL_DIRS only, never in PATH: PATH is whatever the runtime had, and an
+    entry in it that is relative (or empty: the working directory) or writable by others
+    would make root run the `iptables` it names."""
+    for d in TOOL_DIRS:
+        path = os.path.join(d, "iptables")
         if not os.access(path, os.X_OK):
             continue
         real = os.path.basename(os.path.realpath(path))
@@ -289,7 +335,8 @@ class NatTable:
 
 
 class Jump(Value):
-    """One rule of CNI-HOSTPORT-DNAT: the fields conflicts, DEL and GC look at."""
+    """One saved rule: the fields conflicts, DEL and GC look at (a jump of
+    CNI-HOSTPORT-DNAT, or a DNAT rule of an attachment's chain)."""
 
     raw: str
     protocol: str = ""
@@ -317,11 +364,11 @@ class Jump(Value):
                 self.target = value
 
     @property
-    def owner(self) -> str:
-        """The owning attachment's tag, or "" for a rule that is not ours."""
-        if not self.comment.startswith(COMMENT_PREFIX):
+    def old_owner(self) -> str:
+        """The owning attachment's tag in a jump of our former naming, else ""."""
+        if not self.comment.startswith(OLD_COMMENT_PREFIX):
             return ""
-        return self.comment[len(COMMENT_PREFIX) :].split(" ", 1)[0]
+        return self.comment[len(OLD_COMMENT_PREFIX) :].split(" ", 1)[0]
 
     def delete(self) -> str:
         """The line that deletes exactly this rule (iptables -D with its full text)."""
@@ -331,24 +378,42 @@ class Jump(Value):
 # ---------------------------------------------------------------------------- rules
 
 
-def _ports(fw: Forward, family: int, ports: str) -> Words:
-    """The destination part of a rule, in the order iptables-save prints it."""
+def _ports(fw: Forward, family: int, port: int) -> Words:
+    """The destination part of a chain rule, in the order iptables-save prints it."""
     words = ["-d", f"{fw.host_ip}/{128 if family == 6 else 32}"] if fw.host_ip else []
-    return [*words, "-p", fw.protocol, "-m", fw.protocol, "--dport", ports]
+    return [*words, "-p", fw.protocol, "-m", fw.protocol, "--dport", str(port)]
 
 
 def per_port(fp: FamilyPlan, fw: Forward, mark_chain: str) -> list[Words]:
-    """The attachment chain's rules for one forward, as iptables-save prints them."""
+    """The attachment chain's rules for one forward, as iptables-save prints them: per
+    port Go's hairpin mark (container subnet; every source with masqAll), its localhost
+    mark (IPv4, 127.0.0.1) and the DNAT."""
     out = []
     for hp, cp in fw.ports():
-        dest = _ports(fw, fp.family, str(hp))
+        dest = _ports(fw, fp.family, hp)
         if fp.masquerade == MASQ_ALL:
             out.append([*dest, "-j", mark_chain])
         elif fp.masquerade != MASQ_NONE:
-            sources = [fp.subnet_cidr] + (["127.0.0.0/8"] if fp.localhost else [])
+            sources = [fp.subnet_cidr] + (["127.0.0.1/32"] if fp.localhost else [])
             out += [["-s", src, *dest, "-j", mark_chain] for src in sources]
         ip = fp.container_ip if fp.family == 4 else f"[{fp.container_ip}]"
         out.append([*dest, "-j", "DNAT", "--to-destination", f"{ip}:{cp}"])
+    return out
+
+
+def chain_order(forwards: tuple[Forward, ...]) -> list[Forward]:
+    """Go's order of the chain's rules (config order), except that a specific host
+    address goes before a wildcard of this attachment that would shadow it."""
+    out: list[Forward] = []
+    for fw in sorted(forwards, key=lambda f: f.mapping):
+        last = fw.host_port + fw.count - 1
+        shadows = [
+            i
+            for i, o in enumerate(out)
+            if fw.host_ip and o.host_ip is None and o.protocol == fw.protocol
+            and o.host_port <= last and fw.host_port <= o.host_port + o.count - 1
+        ]  # fmt: skip
+        out.insert(shadows[0] if shadows else len(out), fw)
     return out
 
 
@@ -361,13 +426,26 @@ def _rules_per_jump(conditions: tuple[str, ...]) -> int:
     return n
 
 
-def jump(fp: FamilyPlan, fw: Forward, chain: str, comment: str) -> Words:
-    last = fw.host_port + fw.count - 1
-    ports = f"{fw.host_port}:{last}" if fw.count > 1 else str(fw.host_port)
-    # The conditions passed an allowlist of plain matches when the config was parsed
-    # (portmap.config.check_iptables_conditions): they can only narrow the jump.
-    words = [*_ports(fw, fp.family, ports), *fp.conditions]
-    return [*words, "-m", "comment", "--comment", comment, "-j", chain]
+def jumps(plan: Plan, fp: FamilyPlan, chain: str) -> list[Words]:
+    """Go's jumps to the attachment's chain: per protocol (sorted), multiport lists of
+    every mapping's host port in config order (those of the other family's hostIP too,
+    as Go), at most 15 ports each; the family's conditions after them."""
+    att = plan.attachment
+    comment = go_comment(att.network, att.container_id)
+    lists: dict[str, list[list[str]]] = {}
+    for protocol, port, count in plan.host_ports:
+        spec = f"{port}:{port + count - 1}" if count > 1 else str(port)
+        groups = lists.setdefault(protocol, [[]])
+        used = sum(1 + (":" in p) for p in groups[-1])
+        if used + 1 + (":" in spec) > MULTIPORT_PORTS:
+            groups.append([])
+        groups[-1].append(spec)
+    head = ["-m", "comment", "--comment", comment, "-m", "multiport", "-p"]
+    return [
+        [*head, protocol, "--dports", ",".join(ports), *fp.conditions, "-j", chain]
+        for protocol in sorted(lists)
+        for ports in lists[protocol]
+    ]
 
 
 # ---------------------------------------------------------------------------- changes
@@ -415,36 +493,75 @@ def commit(variant: str, family: int, lines: list[str], what: str) -> None:
         raise CniError(KERNEL_FAILURE, f"iptables-{variant}-restore refused to {what}", complaint)
 
 
-def delete_chain(variant: str, family: int, chain: str) -> UdpTargets:
-    """Delete `chain` and the jumps to it from CNI-HOSTPORT-DNAT, if there (the caller
-    holds LOCK); its UDP mappings."""
-    lines, udp = removal(NatTable(listing(variant, family, (chain, TOP))), chain, family)
-    commit(variant, family, lines, f"delete the IPv{family} port mappings ({chain})")
+def delete_chains(variant: str, family: int, chains: tuple[str, ...]) -> UdpTargets:
+    """Delete `chains` and the jumps to them from CNI-HOSTPORT-DNAT, those there (the
+    caller holds LOCK); their UDP mappings."""
+    table = NatTable(listing(variant, family, (*chains, TOP)))
+    lines: list[str] = []
+    udp: UdpTargets = []
+    for chain in chains:
+        more, found = removal(table, chain, family)
+        lines += more
+        udp += found
+    commit(variant, family, lines, f"delete the IPv{family} port mappings ({', '.join(chains)})")
     return udp
 
 
-def conflicts(table: NatTable, fp: FamilyPlan, att: Attachment, sd: AttachmentStore) -> None:
-    for j in table.jumps():
-        tag = j.owner
-        if not tag or tag == att.tag or j.dports is None:
+def recorded_owner(sd: AttachmentStore, network: str, container_id: str, chain: str) -> str:
+    """'network/container/ifname' of our attachment whose record names `chain`, or ""."""
+    for entry in sd.entries(network).values():
+        if entry.backend != NAME or entry.container_id != container_id:
             continue
-        first, last_taken = j.dports
-        for fw in fp.forwards:
-            last = fw.host_port + fw.count - 1
-            if (
-                j.protocol == fw.protocol
-                and j.host_ip == fw.host_ip
-                and first <= last
-                and fw.host_port <= last_taken
-            ):
-                theirs = j.comment.removeprefix(COMMENT_PREFIX)  # Attachment.comment
-                raise state.port_taken(sd, theirs, fw.describe(fp.family))
+        if any(isinstance(o, list) and len(o) > 1 and o[1] == chain for o in entry.objects):
+            return f"{entry.network}/{entry.container_id}/{entry.ifname}"
+    return ""
 
 
-def installation(table: NatTable, fp: FamilyPlan, plan: Plan) -> list[str]:
-    """Lines replacing this attachment's rules of one family with the plan's."""
-    att, external, bit = plan.attachment, plan.external_mark_chain, plan.mark_bit
-    name = chain_name(att)
+def _owner(sd: AttachmentStore, j: Jump) -> str:
+    """Who owns the chain `j` jumps to, for a conflict's message."""
+    if j.old_owner:
+        return state.owner_name(sd, j.comment.removeprefix(OLD_COMMENT_PREFIX))
+    go = parse_go_comment(j.comment)
+    if go is None:
+        return f"of chain {j.target}"
+    return recorded_owner(sd, go[0], go[1], j.target) or f"{go[0]}/{go[1]}"
+
+
+def _taken(rule: Jump, fp: FamilyPlan) -> Forward | None:
+    """The plan's forward whose host ports the DNAT `rule` maps already, if any."""
+    if rule.target != "DNAT" or rule.dports is None:
+        return None
+    first, last_taken = rule.dports
+    for fw in fp.forwards:
+        same = rule.protocol == fw.protocol and rule.host_ip == fw.host_ip
+        if same and first <= fw.host_port + fw.count - 1 and fw.host_port <= last_taken:
+            return fw
+    return None
+
+
+def conflicts(table: NatTable, fp: FamilyPlan, chain: str, sd: AttachmentStore) -> None:
+    """A host port of the plan that another chain in CNI-HOSTPORT-DNAT DNATs already is
+    error 101. Go's jumps name no address: the DNAT rules of the chains do."""
+    seen = {chain}
+    for j in table.jumps():
+        if j.target in seen:
+            continue
+        seen.add(j.target)
+        for raw in table.lines.get(j.target, []):
+            fw = _taken(Jump(raw), fp)
+            if fw is not None:
+                where = fw.describe(fp.family)
+                raise CniError(
+                    CONFLICT,
+                    f"host port {where} is already mapped by attachment {_owner(sd, j)}",
+                    "remove that mapping first (or use another host port); nothing was changed",
+                )
+
+
+def installation(table: NatTable, fp: FamilyPlan, plan: Plan, name: str) -> list[str]:
+    """Lines replacing this attachment's rules of one family with the plan's, in chain
+    `name`: Go's rules, in Go's order of creation."""
+    external, bit = plan.external_mark_chain, plan.mark_bit
     lines: list[str] = []
     if fp.masquerade != MASQ_NONE and external and external not in table.chains:
         raise invalid_config(
@@ -469,16 +586,21 @@ def installation(table: NatTable, fp: FamilyPlan, plan: Plan) -> list[str]:
     else:
         lines.append(f"-N {name}")
     mark_chain = external or SETMARK
-    for fw in fp.forwards:
+    for fw in chain_order(fp.forwards):
         lines += [line("-A", name, words) for words in per_port(fp, fw, mark_chain)]
-    for fw in fp.forwards:
-        words = jump(fp, fw, name, COMMENT_PREFIX + att.comment)
-        # specific addresses before every wildcard
-        lines.append(line("-I", TOP, words) if fw.host_ip else line("-A", TOP, words))
+    entries = jumps(plan, fp, name)
+    if any(fw.host_ip for fw in fp.forwards):
+        # Go appends every jump; an attachment with a specific host address goes first
+        # so that its address wins over another attachment's wildcard on the same port.
+        lines += [line("-I", f"{TOP} {i}", words) for i, words in enumerate(entries, 1)]
+    else:
+        lines += [line("-A", TOP, words) for words in entries]
     return lines
 
 
 # ---------------------------------------------------------------------------- the backend
+
+Where = list[tuple[int, str, str]]  # (family, chain, variant) of a record's objects
 
 
 class XtablesBackend:
@@ -502,97 +624,123 @@ class XtablesBackend:
             return NatTable(text)
         return NatTable(save(variant, family))
 
-    def _recorded(self, att: Attachment) -> list[tuple[int, str]] | None:
-        """(family, variant) of what a previous ADD recorded, or None."""
+    def _recorded(self, att: Attachment) -> Where | None:
+        """(family, chain, variant) of what a previous ADD recorded, or None."""
         recorded = self.sd.load(att)
         if recorded is None or recorded.backend != NAME:
             return None
         out = []
         for obj in recorded.objects:
             if isinstance(obj, list) and obj and obj[0] in (4, 6):
+                # records of our former naming hold its chain name, which DEL then uses
+                chain = obj[1] if len(obj) > 1 and isinstance(obj[1], str) else ""
+                if not chain.startswith(CHAIN_PREFIX) or len(chain) > 28:
+                    chain = old_chain_name(att)
                 # no variant: written by the libiptc backend, which wrote the legacy tables
                 variant = obj[2] if len(obj) > 2 and obj[2] in VARIANTS else "legacy"
-                out.append((int(obj[0]), str(variant)))
+                out.append((int(obj[0]), chain, str(variant)))
         return out
+
+    def _name(self, att: Attachment, previous: Where, tables: dict[int, NatTable]) -> str:
+        """Go's name, unless another attachment (ours or Go's) of this container and
+        network has it: then second_chain_name. A repeated ADD keeps its name."""
+        go, second = chain_name(att), second_chain_name(att)
+        names = {chain for _, chain, _ in previous}
+        if go in names or second in names:
+            return go if go in names else second
+        return second if any(go in t.chains for t in tables.values()) else go
 
     # -- verbs --------------------------------------------------------------------------
 
     def add(self, plan: Plan) -> None:
         att = plan.attachment
-        name = chain_name(att)
         with self.sd.lock(LOCK):
             variant = self._variant()
             previous = self._recorded(att) or []
+            tables = {fp.family: self._table(variant, fp.family) for fp in plan.families}
+            name = self._name(att, previous, tables)
             owner = (att.network, att.container_id, att.ifname, NAME)
             objects = [[fp.family, name, variant] for fp in plan.families]
-            self.sd.save(att, state.Recorded(*owner, objects + [[f, name, v] for f, v in previous]))
-            for family, old in previous:  # a repeated ADD after the host changed variant
-                if old != variant:
-                    delete_chain(old, family, name)
+            self.sd.save(att, state.Recorded(*owner, objects + [list(p) for p in previous]))
+            for family, chain, old in previous:
+                # a repeated ADD after the host changed variant, or of an attachment
+                # added under our former naming
+                if (chain, old) != (name, variant):
+                    delete_chains(old, family, (chain,))
+                    tables.clear()  # read again: they held that chain
             done: list[int] = []
             try:
                 for attempt in (1, 2):
                     try:
-                        self._add_families(variant, plan, done)
+                        self._add_families(variant, plan, name, done, tables)
                         break
                     except CniError as e:
                         # somebody changed the table between our read and write (another
                         # iptables user made a chain): read it again, once
                         if e.code != KERNEL_FAILURE or attempt == 2:
                             raise
+                        tables.clear()
             except CniError:
                 for family in done:
-                    delete_chain(variant, family, name)
+                    delete_chains(variant, family, (name,))
                 self.sd.forget(att)
                 raise
             self.sd.save(att, state.Recorded(*owner, objects))
 
-    def _add_families(self, variant: str, plan: Plan, done: list[int]) -> None:
+    def _add_families(
+        self, variant: str, plan: Plan, name: str, done: list[int], tables: dict[int, NatTable]
+    ) -> None:
         """Read every family first: a conflict or a bad option in any of them fails the
         ADD before anything is written."""
         changes = []
         for fp in plan.families:
             if fp.family in done:
                 continue
-            table = self._table(variant, fp.family)
-            conflicts(table, fp, plan.attachment, self.sd)
+            table = tables.pop(fp.family, None) or self._table(variant, fp.family)
+            conflicts(table, fp, name, self.sd)
             if fp.forwards:
-                changes.append((fp.family, installation(table, fp, plan)))
+                changes.append((fp.family, installation(table, fp, plan, name)))
             else:
-                lines = removal(table, chain_name(plan.attachment), fp.family)[0]
-                changes.append((fp.family, lines))
+                changes.append((fp.family, removal(table, name, fp.family)[0]))
         for family, lines in changes:
             what = f"install the IPv{family} port mappings of {plan.attachment}"
             commit(variant, family, lines, what)
             done.append(family)
 
     def delete(self, att: Attachment, plan: Plan | None) -> UdpTargets:
-        name = chain_name(att)
+        """The recorded chains. Without a record: the names only this attachment can
+        have (Go's name is go_takeover.release's: a sibling attachment may own it)."""
         targets: UdpTargets = []
         with self.sd.lock(LOCK):
             where = self._recorded(att)
-            if where is None:
-                variant = self._variant()
-                where = [(4, variant), (6, variant)]
-            for family, variant in where:
-                targets += delete_chain(variant, family, name)
+            if where is None:  # usually a repeated DEL: cheap looks, no tool run
+                from portmap.probe import may_have
+
+                own = (second_chain_name(att), old_chain_name(att))
+                where = [(f, c, v) for v in VARIANTS for f in (4, 6) for c in own]
+                where = [(f, c, v) for f, c, v in where if may_have(v, f, c)]
+            places = sorted({(variant, family) for family, _, variant in where})
+            for variant, family in places:
+                chains = tuple(dict.fromkeys(c for f, c, v in where if (v, f) == (variant, family)))
+                targets += delete_chains(variant, family, chains)
             self.sd.forget(att)
         return targets
 
     def check(self, plan: Plan) -> list[str]:
-        recorded = dict(self._recorded(plan.attachment) or [])
-        name = chain_name(plan.attachment)
+        recorded = {f: (c, v) for f, c, v in self._recorded(plan.attachment) or []}
+        go = chain_name(plan.attachment)
         mark_chain = plan.external_mark_chain or SETMARK
         problems: list[str] = []
         for fp in plan.families:
             if not fp.forwards:
                 continue
-            variant = recorded.get(fp.family) or self._variant()
+            # no record: a pod the Go portmap set up has Go's name
+            name, variant = recorded.get(fp.family) or (go, self._variant())
             table = NatTable(listing(variant, fp.family, (name, TOP)))
             if name not in table.chains:
                 problems.append(f"IPv{fp.family}: chain {name} is missing (iptables-{variant})")
                 continue
-            wanted = [w for fw in fp.forwards for w in per_port(fp, fw, mark_chain)]
+            wanted = [w for fw in chain_order(fp.forwards) for w in per_port(fp, fw, mark_chain)]
             live = table.words(name)
             show = " ".join
             problems += [f"IPv{fp.family} {name} lacks: {show(w)}" for w in wanted if w not in live]
@@ -602,36 +750,71 @@ class XtablesBackend:
             # The jumps carry the conditions, which iptables-save rewrites (match order,
             # address prefixes): let iptables itself compare them (-C, a read; legacy
             # restore commits nothing when nothing changed). It stops at the first missing.
-            comment = COMMENT_PREFIX + plan.attachment.comment
-            probes = [line("-C", TOP, jump(fp, fw, name, comment)) for fw in fp.forwards]
-            complaint = restore(variant, fp.family, probes)
+            entries = jumps(plan, fp, name)
+            complaint = restore(variant, fp.family, [line("-C", TOP, w) for w in entries])
             if complaint:
                 problems.append(
                     f"IPv{fp.family}: {TOP} lacks a jump the config asks for: {complaint}"
                 )
             found = sum(1 for j in table.jumps() if j.target == name)
-            if found != len(fp.forwards) * _rules_per_jump(fp.conditions):
+            expected = len(entries) * _rules_per_jump(fp.conditions)
+            if found != expected:
                 problems.append(
-                    f"IPv{fp.family}: {TOP} has {found} jumps to {name}, "
-                    f"expected {len(fp.forwards)}"
+                    f"IPv{fp.family}: {TOP} has {found} jumps to {name}, expected {expected}"
                 )
         return problems
 
     def gc(self, network: str, valid: set[AttachmentId], before: Stamps) -> UdpTargets:
-        """Both variants: an attachment may have been added before the host switched."""
+        """Both variants, both families (an attachment may have been added before the host
+        switched), wherever CNI-HOSTPORT-DNAT may be: the jumps of `network` in Go's
+        format (ours and the Go portmap's alike) whose container is neither valid nor in
+        an ADD in flight, those of our former format whose attachment is stale; then
+        their chains, unless another rule still jumps there."""
+        from portmap.probe import may_have
+
         targets: UdpTargets = []
         with self.sd.lock(LOCK):
-            stale = state.sweep(self.sd, NAME, network, valid, before)
+            stale_records, in_flight = self.sd.sweep(network, valid, before)
+            for recorded in stale_records:
+                if recorded.backend == NAME:
+                    self.sd.forget(recorded)
+            alive = [Attachment(network, a.container_id, a.ifname) for a in [*valid, *in_flight]]
+            keep_tags = {a.tag for a in alive}
+            keep = {go_chain_name(network, a.container_id) for a in alive}
+            keep |= {second_chain_name(a) for a in alive}
+            prefix = network_tag(network) + "-"
+
+            def stale(j: Jump) -> bool:
+                if not j.target.startswith(CHAIN_PREFIX):
+                    return False
+                tag = j.old_owner
+                if tag:
+                    return tag.startswith(prefix) and tag not in keep_tags
+                go = parse_go_comment(j.comment)
+                return go is not None and go[0] == network and j.target not in keep
+
             for variant in VARIANTS:
                 for family in (4, 6):
-                    try:
-                        table = NatTable(save(variant, family))
-                    except CniError:
-                        continue  # that variant is not installed: nothing of ours there
-                    lines, udp = sweep(table, family, lambda j: stale(j.owner))
-                    targets += udp
-                    commit(variant, family, lines, f"delete stale IPv{family} port mappings")
+                    if may_have(variant, family, TOP):
+                        targets += self._gc_family(variant, family, stale)
         return targets
+
+    def _gc_family(self, variant: str, family: int, stale: Callable[[Jump], bool]) -> UdpTargets:
+        try:
+            top = listing(variant, family, (TOP,))
+        except CniError as e:
+            if e.code != STATUS_UNAVAILABLE:
+                raise
+            return []  # that variant's tools are not installed: nothing to remove with
+        doomed = [j for j in NatTable(top).jumps() if stale(j)]
+        if not doomed:
+            return []
+        chains = tuple(sorted({j.target for j in doomed}))
+        table = NatTable(top + "\n" + listing(variant, family, chains))
+        lines, udp = sweep(table, family, stale)
+        commit(variant, family, lines, f"delete stale IPv{family} port mappings")
+        self.log.info(f"GC removed iptables-{variant} IPv{family} chains {', '.join(chains)}")
+        return udp
 
     def status(self) -> None:
         """The tools of the variant an ADD would use are there. Polled often (containerd

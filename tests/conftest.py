@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
+from cnichain import netns as api_netns
 from tests.harness import netns as nslib
 from tests.harness import snapshot as snap
 from tests.harness.netns import Netns
@@ -51,9 +52,11 @@ MACHINE_STATE_DIRS = ("/run/cni", "/var/lib/cni")
 
 
 # Named namespaces of tests (cmpt-*: each process judges its own, see
-# nslib.leftover_namespaces) and of benchmarks (cmpb-*), which may run beside a test
-# session on a developer's machine.
-OWN_NETNS_PREFIXES = (nslib.PREFIX + "-", "cmpb-")
+# nslib.leftover_namespaces; cnit-*: cnichain's fixtures in the pytest sessions that
+# tests/test_chain_pytest_plugin.py and tests/test_examples_wheel.py start, which check
+# their own) and of benchmarks (cmpb-*), which may run beside a test session on a
+# developer's machine.
+OWN_NETNS_PREFIXES = (nslib.PREFIX + "-", api_netns.DEFAULT_PREFIX + "-", "cmpb-")
 
 
 def _other_netns() -> str:
@@ -85,11 +88,19 @@ def host_untouched() -> Iterator[None]:
     before = host_snapshot()
     yield
     changes = snap.diff(before, host_snapshot())
-    leftovers = nslib.leftover_namespaces()  # each xdist worker judges its own
+    # each xdist worker judges its own (the harness's and cnichain's fixtures')
+    leftovers = nslib.leftover_namespaces() + api_netns.leftovers()
     assert not changes, "tests changed the machine's own namespace/state:\n" + snap.describe(
         changes
     )
     assert not leftovers, f"tests left network namespaces behind: {leftovers}"
+
+
+@pytest.fixture
+def cni_netns_prefix() -> str:
+    """cnichain's fixtures (tests/test_chain.py) name their namespaces like the harness:
+    the session's checks (host_untouched) know cmpt-* as tests' own."""
+    return nslib.PREFIX
 
 
 @dataclass

@@ -485,7 +485,7 @@ def test_old_cni_versions_are_served(lab: Lab) -> None:
 def test_status_is_ok_without_loading_pyroute2(lab: Lab) -> None:
     """STATUS runs on every runtime status poll: netlink is asked on a plain socket."""
     conf = {"cniVersion": "1.1.0", "name": NETWORK, "type": "bandwidth"}
-    trace = {**lab.env, "PYTHONPROFILEIMPORTTIME": "1", "CNI_META_HELPER": "off"}
+    trace = {**lab.env, "PYTHONPROFILEIMPORTTIME": "1"}
     run = run_plugin(BANDWIDTH, "STATUS", conf, host=lab.host, env=trace).ok()
     assert "common.skel" in run.stderr and "pyroute2" not in run.stderr
 

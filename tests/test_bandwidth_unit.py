@@ -290,7 +290,9 @@ def test_alias_names_the_owner_and_gc_reads_it_back() -> None:
 def test_record_survives_a_round_trip() -> None:
     rec = Record(NET, CID, IFNAME, HOST, "veth1", 7, "/run/netns/x", IFB, Ownership(True, False))
     assert Record.from_json(rec.to_json()) == rec
-    assert Record.from_json({"network": NET}) is None
+    assert Record.from_json([NET]) is None
+    with pytest.raises(ValueError, match="containerID is not a non-empty string"):
+        Record.from_json({"network": NET})
 
 
 # ---------------------------------------------------------------------------- placement

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from cnichain import api
 from cnichain import runner as chain
 from common import jsontext
 from common.config import decode, parse_netconf
@@ -131,13 +132,13 @@ def test_valid_attachments_parse_and_legacy_key() -> None:
 def test_state_files_are_private_and_atomic(tmp_path: Path) -> None:
     sd = StateDir(str(tmp_path / "plugin"))
     sd.write_json("a.json", {"x": 1})
-    assert sd.read_json("a.json") == {"x": 1}
+    assert sd.read_bytes("a.json") == b'{"x": 1}'
     assert stat.S_IMODE(os.stat(sd.directory).st_mode) == 0o700
     assert stat.S_IMODE(os.stat(sd.path("a.json")).st_mode) == 0o600
     assert [n for n in os.listdir(sd.directory) if ".tmp." in n] == []
     sd.remove("a.json")
     sd.remove("a.json")  # removing twice is fine
-    assert sd.read_json("a.json") is None
+    assert sd.read_bytes("a.json") is None
 
 
 class Entry(Value):
@@ -359,11 +360,11 @@ def test_chain_cache_write_replaces_a_planted_tmp_symlink(
     cache_dir = tmp_path / "cache"
     cache_dir.mkdir(mode=0o700)
     (cache_dir / "net-c1-eth0.tmp").symlink_to(victim)
-    conflist = chain.ConfList("net", "1.0.0", [{"type": "noop"}])
-    rt = chain.Runtime("c1", "/run/netns/x", {}, cache_dir=str(cache_dir))
+    conflist = api.ConfList("net", "1.0.0", [{"type": "noop"}])
+    rt = api.Runtime("c1", "/run/netns/x", {}, cache_dir=str(cache_dir))
     answer = {"cniVersion": "1.0.0", "ips": []}
-    monkeypatch.setattr(chain, "exec_plugin", lambda *_: answer)
-    result = chain.add(conflist, rt)
+    monkeypatch.setattr(api, "exec_plugin", lambda *_: answer)
+    result = api.add(conflist, rt)
     assert result is not None and result["cniVersion"] == "1.0.0"
     assert victim.read_text() == "keep me"
     assert sorted(os.listdir(cache_dir)) == ["net-c1-eth0"]

@@ -179,10 +179,13 @@ def check_portmap_iptables(host: Netns, members: list[Member]) -> None:
     jumps = [x for x in rules if x.startswith("-A CNI-HOSTPORT-DNAT ")]
     assert len(jumps) == 2 * len(members)
     for m in members:
-        mine = [j for j in jumps if f"{ch.NETWORK}/{m.container_id}/eth0" in j]
+        # Go's jumps: one per protocol, commented with network and container id
+        mine = [
+            j for j in jumps if f'dnat name: \\"{ch.NETWORK}\\" id: \\"{m.container_id}\\"' in j
+        ]
         assert len(mine) == 2, (m.container_id, mine)
-        assert any(f"--dport {ch.tcp_port(m)} " in j for j in mine)
-        assert any(f"--dport {ch.udp_port(m)} " in j for j in mine)
+        assert any(f"--dports {ch.tcp_port(m)} " in j for j in mine)
+        assert any(f"--dports {ch.udp_port(m)} " in j for j in mine)
         target = mine[0].split(" -j ")[-1]
         dnat = [x for x in rules if x.startswith(f"-A {target} ") and "DNAT" in x]
         assert sorted(x.split("--to-destination ")[-1] for x in dnat) == sorted(

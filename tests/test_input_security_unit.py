@@ -5,7 +5,10 @@
   with error 7 or rendered as one token nft reads as data;
 * conditionsV4/V6: an allowlist of plain match expressions; statements that change sets
   or act (add/update/delete @set, vmap, tproxy, synproxy, flow add, meter...) refused;
-* the log prefix: a newline in CNI_IFNAME cannot forge a log line;
+* the log: a newline or an escape sequence in CNI_NETNS, CNI_IFNAME, CNI_CONTAINERID or
+  the network name, or in any message, cannot forge a log line (nor reach stderr or the
+  error JSON raw);
+* PATH: the iptables backend never runs a tool found through it (a relative entry);
 * state dirs and tuning's dataDir (root: chown): one someone else owns or can write,
   with symlinks planted at the names of the lock, state and temporary files, is refused
   before anything is written or re-moded, and no file is ever written through a symlink.
@@ -309,6 +312,89 @@ def test_a_newline_in_cni_ifname_cannot_forge_a_log_line(tmp_path: Path) -> None
     assert b" -/ctr\\rX/eth0\\n2030-01-01T00:00:00\\x20" in lines[0], lines[0]
 
 
+FORGED = "2030-01-01T00:00:00 1 ERROR tuning ADD net1/ctr/eth0 forged"
+
+
+def no_control_characters(text: str) -> bool:
+    return text.isprintable()
+
+
+@pytest.mark.parametrize("lead", ["\n", "\r", "\x1b[2K\r", "\u2028", "\x85", "\x7f"])
+@pytest.mark.parametrize("where", ["CNI_NETNS", "CNI_IFNAME", "CNI_CONTAINERID", "name"])
+def test_one_failed_call_is_one_log_line_whatever_its_values_hold(
+    tmp_path: Path, where: str, lead: str
+) -> None:
+    """Every value a message quotes is escaped: CNI_NETNS went into "network namespace
+    ... does not exist" verbatim, and its newline started a forged record."""
+    log = tmp_path / "plugins.log"
+    env = {
+        "CNI_COMMAND": "ADD",
+        "CNI_CONTAINERID": "ctr",
+        "CNI_NETNS": "/run/netns/none",
+        "CNI_IFNAME": "eth0",
+        "CNI_PATH": "/opt/cni/bin",
+        "CNI_META_LOG_FILE": str(log),
+    }
+    conf = {"cniVersion": "1.0.0", "name": "net1", "type": "tuning", "logLevel": "debug"}
+    if where == "name":  # (a DEL: ADD refuses the missing netns before it reads stdin)
+        env["CNI_COMMAND"] = "DEL"
+        conf["name"] += lead + FORGED
+    else:
+        env[where] += lead + FORGED
+    out, err = io.BytesIO(), io.StringIO()
+    rc = skel.run(
+        skel.Plugin("tuning"),
+        environ=env,
+        stdin=io.BytesIO(json.dumps(conf).encode()),
+        stdout=out,
+        stderr=err,
+    )
+    error = json.loads(out.getvalue())
+    assert rc == 1 and error["code"] in (4, 7, 8), error
+    lines = log.read_text().split("\n")
+    assert len(lines) == 2 and lines[1] == "", lines  # one record, ended by its newline
+    assert no_control_characters(lines[0]) and "2030-01-01T00:00:00" in lines[0], lines[0]
+    assert err.getvalue().count("\n") == 1 and no_control_characters(err.getvalue()[:-1])
+    assert all(no_control_characters(error[k]) for k in ("msg", "details") if k in error)
+
+
+def test_every_log_record_is_one_line_whatever_the_message_holds(tmp_path: Path) -> None:
+    from common.log import Log
+
+    path = tmp_path / "plugins.log"
+    log = Log(str(path), "tuning ADD net1/ctr/eth0", "debug")
+    log.info(f"restored originals of eth0 from /x\n{FORGED}")
+    log.error("unexpected exception:\nTraceback (most recent call last):\n  ...\x1b[31m")
+    lines = path.read_text().split("\n")
+    assert len(lines) == 3 and lines[2] == "", lines
+    assert all(no_control_characters(line) for line in lines)
+    assert lines[0].endswith("from /x\\n" + FORGED) and "\\x1b[31m" in lines[1]
+
+
+# ---------------------------------------------------------------------------- PATH
+
+
+@pytest.mark.parametrize("entry", ["relbin", ""])  # "" (as in "::") is the working dir
+def test_iptables_is_never_run_from_a_relative_path_entry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, entry: str
+) -> None:
+    """STATUS and the variant tie-break ask the host's `iptables -V`: it was looked up
+    through PATH too, so a cwd-relative entry made root run a planted `iptables`."""
+    from portmap import xtables
+
+    ran = tmp_path / "ran"
+    planted = tmp_path / entry / "iptables"
+    planted.parent.mkdir(exist_ok=True)
+    planted.write_text(f"#!/bin/sh\necho planted > {ran}\necho 'iptables v1.8.9 (legacy)'\n")
+    planted.chmod(0o755)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATH", f"{entry}:/usr/sbin:/usr/bin:/sbin:/bin")
+    assert xtables.host_default() in xtables.VARIANTS
+    assert not ran.exists()
+    for d in xtables.TOOL_DIRS:
+        assert os.path.isabs(d)
+
+
 # ---------------------------------------------------------------------------- state dirs
 
 NOBODY = 65534
@@ -410,10 +496,10 @@ def test_symlinks_in_our_own_state_dir_are_never_written_through(tmp_path: Path)
     assert e.value.code == 5
     sd.write_json("a.json", {"a": 1})
     sd.write_json("b.json", {"b": 1})
-    assert sd.read_json("a.json") == {"a": 1} and sd.read_json("b.json") == {"b": 1}
+    assert sd.read_bytes("a.json") == b'{"a": 1}' and sd.read_bytes("b.json") == b'{"b": 1}'
     assert not (d / "a.json").is_symlink()
     with pytest.raises(CniError):
-        sd.read_json("c.json")  # not followed either
+        sd.read_bytes("c.json")  # not followed either
     targets_unchanged(tmp_path)
 
 
@@ -423,5 +509,5 @@ def test_our_own_state_dir_is_still_made_private(tmp_path: Path) -> None:
     d.chmod(0o755)
     sd = StateDir(str(d))
     sd.write_json("x.json", {"x": 1})
-    assert d.stat().st_mode & 0o777 == 0o700 and sd.read_json("x.json") == {"x": 1}
+    assert d.stat().st_mode & 0o777 == 0o700 and sd.read_bytes("x.json") == b'{"x": 1}'
     assert (d / "x.json").stat().st_mode & 0o777 == 0o600

@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
@@ -133,9 +132,11 @@ def test_default_install_builds_its_own_venv_from_source(tmp_path: Path) -> None
     bin_dir, prefix = tmp_path / "bin", tmp_path / "prefix"
     install("--quiet", "--python", "/usr/bin/python3", "--bin-dir", str(bin_dir),
             "--prefix", str(prefix))  # fmt: skip
-    assert (prefix / "venv").is_symlink()
+    assert (prefix / "venv").is_symlink()  # names the current tree; launchers name it too
+    tree = (prefix / "venv").resolve()
+    assert tree.parent == prefix and tree.name.startswith("venv.")
     first_line = (bin_dir / "portmap").read_text().splitlines()[0]
-    assert first_line == f"#!{prefix}/venv/bin/python -IS"
+    assert first_line == f"#!{tree}/bin/python -IS"
     for plugin in PLUGINS:
         version(bin_dir / plugin)
     # Not an editable install: the plugins do not depend on this checkout.
@@ -174,7 +175,7 @@ def test_bundle_installed_into_a_scratch_root_runs_with_nothing_else_there(
     for plugin in PLUGINS:
         launcher = root / "opt" / "cni" / "bin" / plugin
         text = launcher.read_text()
-        assert "/opt/cni-meta-plugins/bundle" in text and str(root) not in text
+        assert "/opt/cni-meta-plugins/bundle." in text and str(root) not in text
         assert version(f"/opt/cni/bin/{plugin}", chroot=root)["cniVersion"] == "0.4.0"
     # The kernel-facing library loads from the bundle too (libnftables).
     b = "/opt/cni-meta-plugins/bundle"
@@ -250,69 +251,197 @@ def test_uninstall_removes_only_what_install_made_from_a_shared_prefix(tmp_path:
     assert list(bin_dir.iterdir()) == []
 
 
+# ------------------------------------------------------- names install.sh did not make
+
+
+def listing(top: Path) -> list[str]:
+    return sorted(str(p.relative_to(top)) for p in top.rglob("*"))
+
+
+def scratch_node(path: Path) -> Path:
+    """A scratch root whose /opt already holds other software's names, like ours."""
+    for name in ("venv.2023-backup", "bundle.keep-me", "other"):
+        (path / "opt" / name).mkdir(parents=True)
+        (path / "opt" / name / "keep").write_text("not ours")
+    return path
+
+
+def test_uninstall_from_a_shared_prefix_removes_only_the_names_it_recorded(
+    tmp_path: Path,
+) -> None:
+    """Finding 4: with --prefix /opt, --uninstall removed /opt/venv.2023-backup and
+    /opt/bundle, which install.sh never made."""
+    node = scratch_node(tmp_path / "node")
+    (node / "opt" / "bundle").mkdir()
+    (node / "opt" / "bundle" / "keep").write_text("not ours")
+    (node / "env").symlink_to(VENV)  # --venv names a path inside the root
+    before = listing(node / "opt")
+    where = ("--root", str(node), "--prefix", "/opt", "--bin-dir", "/opt/cni/bin")
+    install("--quiet", "--venv", "/env", *where)
+    assert (node / "opt" / "cni" / "bin" / "portmap").exists()
+    install("--quiet", "--uninstall", *where)
+    assert listing(node / "opt") == sorted([*before, "cni", "cni/bin"])
+
+
 @pytest.mark.root
-def test_the_installed_helper_launcher_serves_the_installed_plugins(tmp_path: Path) -> None:
-    """install.sh writes PREFIX/cni-meta-helper (what the systemd unit and the DaemonSet's
-    helper-patch.yaml run); it serves the plugins installed beside it (same code), and
-    uninstall removes it."""
-    bin_dir, prefix = tmp_path / "bin", tmp_path / "prefix"
-    install("--quiet", "--venv", str(VENV), "--bin-dir", str(bin_dir), "--prefix", str(prefix))
-    launcher = prefix / "cni-meta-helper"
-    assert "cni-meta-plugins launcher" in launcher.read_text()
-    sock = tmp_path / "helper.sock"
-    helper = subprocess.Popen(
-        [str(launcher), "--socket", str(sock)], env={},
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+def test_bundle_installs_and_uninstall_leave_names_they_did_not_make(
+    tmp_path: Path, bundle: Path
+) -> None:
+    """Finding 4: a --bundle install removed /opt/bundle.keep-me (every sibling of the
+    bundle link); and a name it did not make is refused, not taken over."""
+    node = scratch_node(tmp_path / "node")
+    before = listing(node / "opt")
+    where = ("--root", str(node), "--prefix", "/opt", "--bin-dir", "/cni")
+    for _ in range(3):  # an install and two upgrades
+        install("--quiet", "--bundle", str(bundle), *where)
+        assert set(before) <= set(listing(node / "opt"))
+    install("--quiet", "--uninstall", *where)
+    assert listing(node / "opt") == before
+
+    (node / "opt" / "bundle").mkdir()  # not ours: install.sh must not replace it
+    before = listing(node)
+    proc = subprocess.run([str(INSTALL), "--bundle", str(bundle), *where],
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    assert proc.returncode != 0
+    assert f"{node}/opt/bundle exists and was not made by install.sh" in proc.stderr
+    assert listing(node) == before  # refused before anything was written
+
+
+# ------------------------------------------------------------------ the retired helper
+
+HELPER_UNIT = "etc/systemd/system/cni-meta-helper.service"
+HELPER_WANTS = "etc/systemd/system/multi-user.target.wants/cni-meta-helper.service"
+
+
+def helper_era_node(path: Path) -> Path:
+    """A scratch root as an install with the resident helper left it: the unit that
+    `make install-helper` wrote and enabled, the helper's launcher, the venv link and its
+    tree, and the install record of that version (no list of names)."""
+    empty_root(path)
+    prefix = path / "opt" / "cni-meta-plugins"
+    (prefix / "venv.1700000000.42" / "bin").mkdir(parents=True)
+    (prefix / "venv").symlink_to("venv.1700000000.42")
+    (prefix / "cni-meta-helper").write_text(
+        "#!/opt/cni-meta-plugins/venv/bin/python -IS\n"
+        "# cni-meta-plugins launcher: cni-meta-helper (deploy/install.sh)\n"
+    )
+    (prefix / ".cni-meta-plugins").write_text("bin_dir=/opt/cni/bin\nplugins=portmap\n")
+    unit = path / HELPER_UNIT
+    unit.parent.mkdir(parents=True)
+    unit.write_text("[Service]\nExecStart=/opt/cni-meta-plugins/cni-meta-helper --socket "
+                    "/run/cni/meta-helper.sock\n")  # fmt: skip
+    (path / HELPER_WANTS).parent.mkdir()
+    (path / HELPER_WANTS).symlink_to(f"/{HELPER_UNIT}")
+    return path
+
+
+def fake_systemctl(tmp_path: Path) -> tuple[dict[str, str], Path]:
+    """A PATH whose systemctl only records its calls: none may happen below --root."""
+    calls = tmp_path / "systemctl-calls"
+    fake = tmp_path / "fakebin"
+    fake.mkdir()
+    (fake / "systemctl").write_text(f'#!/bin/sh\necho "$*" >>{calls}\n')
+    (fake / "systemctl").chmod(0o755)
+    return {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}"}, calls
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("action", ["upgrade", "uninstall"])
+def test_over_a_helper_install_the_unit_and_launcher_are_removed(
+    tmp_path: Path, bundle: Path, action: str
+) -> None:
+    node = helper_era_node(tmp_path / "node")
+    env, calls = fake_systemctl(tmp_path)
+    prefix = node / "opt" / "cni-meta-plugins"
+    args = ["--uninstall"] if action == "uninstall" else ["--bundle", str(bundle)]
+    proc = subprocess.run([str(INSTALL), "--quiet", "--root", str(node), *args],
+                          capture_output=True, text=True, check=False, env=env)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert not (node / HELPER_UNIT).exists()
+    assert not (node / HELPER_WANTS).is_symlink()
+    assert not (prefix / "cni-meta-helper").exists()
+    assert not calls.exists(), "systemctl was called for a scratch root"
+    if action == "uninstall":
+        assert not prefix.exists()  # the old version's record was understood
+    else:
+        # The old tree stays for calls still running on it; the venv link, which would
+        # name a tree that is no longer current, is gone.
+        assert (prefix / "venv.1700000000.42").is_dir()
+        assert not (prefix / "venv").exists()
+        assert version("/opt/cni/bin/portmap", chroot=node)["cniVersion"]
+        install("--quiet", "--root", str(node), "--uninstall")
+        assert not prefix.exists()
+
+
+def test_a_unit_of_that_name_for_another_prefix_is_left_alone(tmp_path: Path) -> None:
+    """Only the unit that runs this prefix's helper launcher is ours to remove."""
+    node = helper_era_node(tmp_path / "node")
+    env, calls = fake_systemctl(tmp_path)
+    proc = subprocess.run(
+        [str(INSTALL), "--quiet", "--root", str(node), "--prefix", "/srv/cni", "--uninstall"],
+        capture_output=True, text=True, check=False, env=env,
     )  # fmt: skip
-    children = Path(f"/proc/{helper.pid}/task/{helper.pid}/children")
+    assert proc.returncode == 0, proc.stderr
+    assert (node / HELPER_UNIT).exists() and not calls.exists()
+
+
+# -------------------------------------------------------- an upgrade under a running call
+
+MARK = '\nimport sys as _tree\n_tree.stderr.write("tree={tag} " + __name__ + "\\n")\n'
+
+
+def marked_bundle(src: Path, dest: Path, tag: str) -> Path:
+    """A copy of the bundle whose common and tuning modules say which tree they came from
+    (on stderr, when their import completes)."""
+    shutil.copytree(src, dest, symlinks=True)
+    for package in ("common", "tuning"):
+        for cache in (dest / "site" / package).rglob("__pycache__"):
+            shutil.rmtree(cache)
+        for module in (dest / "site" / package).rglob("*.py"):
+            module.write_text(module.read_text() + MARK.format(tag=tag))
+    return dest
+
+
+@pytest.mark.root
+def test_a_call_running_during_an_upgrade_imports_only_its_own_tree(
+    tmp_path: Path, bundle: Path
+) -> None:
+    """Finding 7: a call that started on the old tree and imports lazily (everything after
+    reading stdin) must not load modules of the new one. The call is held in its read of
+    stdin, past start-up, while the upgrade runs: no clock, a pipe the test controls."""
+    old = marked_bundle(bundle, tmp_path / "old", "old")
+    new = marked_bundle(bundle, tmp_path / "new", "new")
+    bin_dir, prefix = tmp_path / "bin", tmp_path / "prefix"
+    where = ("--bin-dir", str(bin_dir), "--prefix", str(prefix))
+    install("--quiet", "--bundle", str(old), *where)
+    old_tree = (prefix / "bundle").resolve()
+    call = subprocess.Popen(
+        [str(bin_dir / "tuning")], env={"CNI_COMMAND": "ADD"},
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    assert call.stdin is not None and call.stderr is not None
+    seen: list[str] = []
+    while "tree=old common.skel\n" not in seen:  # started: next it reads stdin
+        line = call.stderr.readline().decode()
+        assert line, f"the call ended before reading stdin: {seen}"
+        seen.append(line)
     try:
-        for _ in range(600):
-            if sock.exists():
-                break
-            assert helper.poll() is None, helper.stderr and helper.stderr.read()
-            time.sleep(0.05)
-        time.sleep(0.5)  # its spares are forked
-        spares = set(children.read_text().split())
-        assert spares
-        assert version(bin_dir / "tuning", env={"CNI_META_HELPER": str(sock)})["cniVersion"]
-        # Seen from outside: the spare that took the call exits when it is done (and is
-        # replaced); one that declined the call would say why on the helper's stderr.
-        for _ in range(100):
-            if spares - set(children.read_text().split()):
-                break
-            time.sleep(0.05)
-        assert spares - set(children.read_text().split()), "no spare took the call"
+        install("--quiet", "--bundle", str(new), *where)
     finally:
-        helper.terminate()
-        helper.wait(30)
-    assert helper.stderr is not None
-    assert "declined" not in helper.stderr.read().decode()
-    install("--quiet", "--uninstall", "--bin-dir", str(bin_dir), "--prefix", str(prefix))
+        out, err = call.communicate(b'{"cniVersion": "1.0.0", "name": "n", "type": "tuning"}')
+    after = err.decode().splitlines()
+    assert "tree=old common.config" in after, after  # it did import lazily, after the upgrade
+    assert not [line for line in after if line.startswith("tree=new")], after
+    assert json.loads(out)["code"]  # no CNI_CONTAINERID etc.: an error, as from any version
+
+    # A new call runs the new tree; the old one stays for calls like the one above until
+    # the next upgrade, which removes it.
+    fresh = subprocess.run([str(bin_dir / "tuning")], env={"CNI_COMMAND": "VERSION"},
+                           input=b"{}", capture_output=True, check=True)  # fmt: skip
+    marks = [line for line in fresh.stderr.decode().splitlines() if line.startswith("tree=")]
+    assert marks and all(line.startswith("tree=new") for line in marks), marks
+    assert old_tree.is_dir()
+    install("--quiet", "--bundle", str(new), *where)
+    assert not old_tree.exists()
+    install("--quiet", "--uninstall", *where)
     assert not prefix.exists()
-
-
-def test_daemonset_helper_patch_runs_the_installed_helper_on_the_plugins_socket() -> None:
-    yaml = pytest.importorskip("yaml")
-    from common import fastpath
-
-    pod = manifest()["spec"]["template"]["spec"]
-    patch = yaml.safe_load((MANIFEST.parent / "helper-patch.yaml").read_text())
-    extra = patch["spec"]["template"]["spec"]
-    assert extra["hostPID"] is True  # the helper serves callers in its own pid namespace
-    (helper,) = extra["containers"]
-    assert helper["name"] not in {c["name"] for c in pod["containers"]}
-    prefix_dir = next(a for a in pod["initContainers"][0]["args"] if a.startswith("/opt/cni-meta"))
-    assert helper["command"] == [f"{prefix_dir}/cni-meta-helper"]
-    assert helper["args"] == ["--socket", fastpath.DEFAULT_SOCKET]
-    volumes = {v["name"]: v for v in [*pod["volumes"], *extra["volumes"]]}
-    mounts = {m["mountPath"]: m["name"] for m in helper["volumeMounts"]}
-    # The installed tree at the path the plugins' launchers name (same code id), and the
-    # socket's directory as the node's runtime sees it.
-    assert volumes[mounts[prefix_dir]]["hostPath"]["path"] == prefix_dir
-    sock_dir = os.path.dirname(fastpath.DEFAULT_SOCKET)
-    assert volumes[mounts[sock_dir]]["hostPath"]["path"] == sock_dir
-    unpatch = yaml.safe_load((MANIFEST.parent / "helper-unpatch.yaml").read_text())
-    undo = unpatch["spec"]["template"]["spec"]
-    assert undo["hostPID"] is False
-    assert [c["name"] for c in undo["containers"]] == [helper["name"]]
-    assert {v["name"] for v in undo["volumes"]} == {v["name"] for v in extra["volumes"]}

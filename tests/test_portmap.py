@@ -368,7 +368,7 @@ def test_iptables_status_reads_no_table(lab: Lab, monkeypatch: pytest.MonkeyPatc
     from portmap.state import Recorded
 
     status = {"cniVersion": "1.1.0", "name": "direct", "type": "portmap", "backend": "iptables"}
-    trace = {**lab.env, "PYTHONPROFILEIMPORTTIME": "1", "CNI_META_HELPER": "off"}
+    trace = {**lab.env, "PYTHONPROFILEIMPORTTIME": "1"}
     run = run_plugin(PORTMAP, "STATUS", status, host=lab.host, env=trace).ok()
     assert "portmap.xtables" in run.stderr and "portmap.libnftables" not in run.stderr
     ran: list[list[str]] = []

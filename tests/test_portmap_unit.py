@@ -282,8 +282,10 @@ def test_saved_rules_split_into_words_like_iptables_restore_reads_them() -> None
     assert xtables.split_words(go)[5] == 'dnat name: "net" id: "c1"'
     jump = xtables.Jump('-A CNI-HOSTPORT-DNAT -d 192.0.2.1/32 -p udp -m udp --dport 53:55 '
                         '-m comment --comment "portmap t1-x n/c/eth0" -j CNI-DN-1')  # fmt: skip
-    assert (jump.host_ip, jump.protocol, jump.dports, jump.owner, jump.target) == (
+    assert (jump.host_ip, jump.protocol, jump.dports, jump.old_owner, jump.target) == (
         "192.0.2.1", "udp", (53, 55), "t1-x", "CNI-DN-1")  # fmt: skip
+    assert xtables.parse_go_comment(xtables.split_words(go)[5]) == ("net", "c1")
+    assert xtables.parse_go_comment("portmap t1-x n/c/eth0") is None
     assert jump.delete().startswith("-D CNI-HOSTPORT-DNAT -d 192.0.2.1/32")
     assert xtables.quote('a "b" \\') == '"a \\"b\\" \\\\"'
 
@@ -317,8 +319,8 @@ def test_iptables_restore_lines_of_an_add() -> None:
                     conditionsV4=["!", "-s", "10.1.0.0/16"], backend="iptables")  # fmt: skip
     plan = make_plan(config, ATT, config_prev(), "iptables")
     fp = plan.families[0]
-    lines = xtables.installation(xtables.NatTable(""), fp, plan)
     name = xtables.chain_name(ATT)
+    lines = xtables.installation(xtables.NatTable(""), fp, plan, name)
     assert lines[:3] == [
         "-N CNI-HOSTPORT-SETMARK",
         '-A CNI-HOSTPORT-SETMARK -m comment --comment "CNI portfwd masquerade mark" '
@@ -329,8 +331,9 @@ def test_iptables_restore_lines_of_an_add() -> None:
         "-j CNI-HOSTPORT-SETMARK" in lines  # fmt: skip
     assert f"-A {name} -d 192.0.2.1/32 -p tcp -m tcp --dport 8080 -j DNAT " \
         "--to-destination 10.88.0.5:80" in lines  # fmt: skip
-    assert lines[-1].startswith("-I CNI-HOSTPORT-DNAT -d 192.0.2.1/32 -p tcp -m tcp --dport "
-                                "8080 ! -s 10.1.0.0/16 -m comment --comment")  # fmt: skip
+    comment = f'"dnat name: \\"{ATT.network}\\" id: \\"{ATT.container_id}\\""'
+    assert lines[-1] == (f"-I CNI-HOSTPORT-DNAT 1 -m comment --comment {comment} -m multiport "
+                         f"-p tcp --dports 8080 ! -s 10.1.0.0/16 -j {name}")  # fmt: skip
 
 
 def config_prev() -> Any:
@@ -348,21 +351,22 @@ def go_jump(proto: str, network: str, container_id: str, port: int, chain: str) 
 def test_gc_picks_only_the_go_jumps_of_its_network_whose_container_is_gone(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Go's comment names network and container; the target must be Go's chain for that
-    pair. Other networks, other comment formats and valid containers stay, and a chain
-    that another rule still jumps to is kept."""
+    """Go's comment (ours too) names network and container; a jump to the chain of a
+    valid attachment stays whatever its comment says. Other networks, other comment
+    formats and valid containers stay, and a chain that another rule still jumps to is
+    kept."""
     from common.gc import AttachmentId
     from common.log import Log
-    from portmap import go_takeover, state, xtables
+    from portmap import probe, state, xtables
 
-    gone, kept = go_takeover.go_chain_name("n", "gone"), go_takeover.go_chain_name("n", "kept")
-    shared = go_takeover.go_chain_name("n", "shared")
+    gone, kept = xtables.go_chain_name("n", "gone"), xtables.go_chain_name("n", "kept")
+    shared = xtables.go_chain_name("n", "shared")
     doomed = [go_jump("tcp", "n", "gone", 80, gone), go_jump("udp", "n", "gone", 53, gone)]
     shared_jump = go_jump("tcp", "n", "shared", 84, shared)
     top = [
         *doomed,
         go_jump("tcp", "n", "kept", 81, kept),  # valid (listed with another ifname)
-        go_jump("tcp", "m", "gone", 82, go_takeover.go_chain_name("m", "gone")),  # network m
+        go_jump("tcp", "m", "gone", 82, xtables.go_chain_name("m", "gone")),  # network m
         go_jump("tcp", "n", "forged", 83, kept),  # Go's format, not Go's chain for it
         shared_jump,
         f"-A CNI-HOSTPORT-DNAT -p tcp --dport 85 -j {shared}",  # not Go's comment
@@ -374,12 +378,12 @@ def test_gc_picks_only_the_go_jumps_of_its_network_whose_container_is_gone(
     }
 
     def listing(variant: str, family: int, names: tuple[str, ...]) -> str:
-        if names == (go_takeover.TOP,):
+        if names == (xtables.TOP,):
             return "\n".join(["-N CNI-HOSTPORT-DNAT", *top])
         return "\n".join(chains.get(n, "") for n in names)
 
     def may_have(variant: str, family: int, chain: str) -> bool:
-        return (variant, family, chain) == ("nft", 4, go_takeover.TOP)
+        return (variant, family, chain) == ("nft", 4, xtables.TOP)
 
     committed: list[list[str]] = []
 
@@ -389,10 +393,11 @@ def test_gc_picks_only_the_go_jumps_of_its_network_whose_container_is_gone(
 
     monkeypatch.setattr(xtables, "listing", listing)
     monkeypatch.setattr(xtables, "restore", restore)
-    monkeypatch.setattr(go_takeover, "_may_have", may_have)
+    monkeypatch.setattr(probe, "may_have", may_have)
     monkeypatch.setenv("CNI_META_STATE_ROOT", str(tmp_path))
+    sd = state.store()
 
-    udp = go_takeover.gc("n", {AttachmentId("kept", "net1")}, state.store(), Log(""))
+    udp = xtables.XtablesBackend(sd, Log("")).gc("n", {AttachmentId("kept", "net1")}, sd.stamps())
 
     assert udp == [(4, None, 53)]
     deletions = ["-D" + rule[2:] for rule in doomed] + [f"-F {gone}", f"-X {gone}"]

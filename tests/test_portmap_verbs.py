@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from portmap import go_takeover, nft
+from common.digest import sha512_hex
+from portmap import nft, probe, state, xtables
 from portmap.config import Attachment
 from portmap.xtables import chain_name
 from tests.harness.fake_kernel import FakeKernel
@@ -140,15 +141,27 @@ def ipt_chain_rules(cid: str, ip: str) -> list[str]:
     for proto, port, cport in (("tcp", 8080, 80), ("udp", 5353, 53)):
         dest = f"-p {proto} -m {proto} --dport {port}"
         out += [f"-A {dn} -s 10.88.0.0/16 {dest} -j CNI-HOSTPORT-SETMARK",
-                f"-A {dn} -s 127.0.0.0/8 {dest} -j CNI-HOSTPORT-SETMARK",
+                f"-A {dn} -s 127.0.0.1/32 {dest} -j CNI-HOSTPORT-SETMARK",
                 f"-A {dn} {dest} -j DNAT --to-destination {ip}:{cport}"]  # fmt: skip
     return out
 
 
-def ipt_jumps(cid: str) -> list[str]:
-    comment = f'-m comment --comment "portmap {tag(cid)}" -j {chain(cid)}'
-    return [f"-A CNI-HOSTPORT-DNAT -p tcp -m tcp --dport 8080 {comment}",
-            f"-A CNI-HOSTPORT-DNAT -p udp -m udp --dport 5353 {comment}"]  # fmt: skip
+def go_comment(cid: str, net: str = NET) -> str:
+    """The comment match of Go's jumps, as iptables-save prints it."""
+    return f'-m comment --comment "dnat name: \\"{net}\\" id: \\"{cid}\\""'
+
+
+def ipt_jumps(cid: str, saved: bool = True) -> list[str]:
+    """Go's jumps, as iptables-save prints them (or as we send them: -p after the
+    comment, where Go puts it)."""
+    comment = go_comment(cid)
+    out = []
+    for proto, port in (("tcp", 8080), ("udp", 5353)):
+        matches = (
+            f"-p {proto} {comment} -m multiport" if saved else f"{comment} -m multiport -p {proto}"
+        )
+        out.append(f"-A CNI-HOSTPORT-DNAT {matches} --dports {port} -j {chain(cid)}")
+    return out
 
 
 SETMARK = ('-A CNI-HOSTPORT-SETMARK -m comment --comment "CNI portfwd masquerade mark" '
@@ -176,7 +189,7 @@ def ipt_first_add(cid: str = "ctr1", ip: str = "10.88.0.5") -> list[str]:
     return ["-N CNI-HOSTPORT-SETMARK", SETMARK, "-N CNI-HOSTPORT-MASQ", MASQ,
             f"-I POSTROUTING 1 {TO_MASQ}", "-N CNI-HOSTPORT-DNAT", f"-A PREROUTING {TO_DNAT}",
             f"-A OUTPUT {TO_DNAT}", f"-N {chain(cid)}", *ipt_chain_rules(cid, ip),
-            *ipt_jumps(cid)]  # fmt: skip
+            *ipt_jumps(cid, saved=False)]  # fmt: skip
 
 
 def added(world: World, cid: str = "ctr1", ip: str = "10.88.0.5") -> str:
@@ -229,7 +242,8 @@ def test_second_add_replaces_the_mappings_in_one_transaction(world: World) -> No
     else:
         redo = [line.replace("-A CNI-HOSTPORT-DNAT", "-D CNI-HOSTPORT-DNAT")
                 for line in ipt_jumps("ctr1")]  # fmt: skip
-        redo += [f"-F {chain('ctr1')}", *ipt_chain_rules("ctr1", "10.88.0.5"), *ipt_jumps("ctr1")]
+        redo += [f"-F {chain('ctr1')}", *ipt_chain_rules("ctr1", "10.88.0.5")]
+        redo += ipt_jumps("ctr1", saved=False)
         assert world.fake.sent() == sent("nft ipv4", redo) + LOCALNET_ON + FLUSH
 
 
@@ -319,7 +333,7 @@ def test_del_without_state_removes_the_go_portmaps_iptables_mappings(
     nat["CNI-HOSTPORT-DNAT"] = []
     made: dict[str, list[str]] = {}
     for cid, port in (("ctr1", 5353), ("goother", 5354)):
-        name = go_takeover.go_chain_name(NET, cid)
+        name = xtables.go_chain_name(NET, cid)
         rule = f"-A {name} -p udp -m udp --dport {port} -j DNAT --to-destination 10.88.0.9:53"
         comment = f'"dnat name: \\"{NET}\\" id: \\"{cid}\\""'
         jump = (f"-A CNI-HOSTPORT-DNAT -p udp -m comment --comment {comment} "
@@ -332,9 +346,9 @@ def test_del_without_state_removes_the_go_portmaps_iptables_mappings(
     def nft_has(family: int, table: str, chain: str | None = None) -> bool:
         return table == "nat" and chain in world.fake.xtables.table("nft", family)
 
-    monkeypatch.setattr(go_takeover, "nft_has", nft_has)
+    monkeypatch.setattr(probe, "nft_has", nft_has)
     assert world.run("DEL") == (0, None)
-    name = go_takeover.go_chain_name(NET, "ctr1")
+    name = xtables.go_chain_name(NET, "ctr1")
     undo = ["-D" + made["ctr1"][0][2:], f"-F {name}", f"-X {name}"]
     assert world.fake.sent() == sent("nft ipv4", undo) + FLUSH
     assert world.fake.dump() == kept
@@ -377,6 +391,84 @@ def test_gc_removes_the_attachments_that_are_not_valid(
     elsewhere = World(tmp_path / "elsewhere", monkeypatch, world.backend)
     elsewhere.run("ADD", cid="ctr2", ip="10.88.0.6", mappings=other)
     assert swept == elsewhere.fake.dump()
-    assert tag("ctr1") not in swept and tag("ctr2") in swept
+    owner = tag if world.backend == "nftables" else chain
+    assert owner("ctr1") not in swept and owner("ctr2") in swept
     assert world.kernel.run("portmap", "GC", gc, netns="") == (0, None)
     assert world.fake.sent() == ""  # nothing left to sweep
+
+
+# ---------------------------------------------------------------------------- iptables names
+
+
+@pytest.fixture
+def ipt_world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> World:
+    monkeypatch.setenv("CNI_META_STATE_ROOT", str(tmp_path / "state"))
+    monkeypatch.setenv("CNI_META_LOG_FILE", str(tmp_path / "plugins.log"))
+    return World(tmp_path, monkeypatch, "iptables")
+
+
+def test_iptables_chain_is_gos_and_a_second_attachment_gets_its_own(ipt_world: World) -> None:
+    """ctr1/eth0 gets Go's CNI-DN-<sha512(network + container id)>; ctr1/net1 on the same
+    network cannot (Go's name is taken) and gets another. A DEL of net1 that lost its
+    record removes its own chain only, never the Go-named one of eth0."""
+    w = ipt_world
+    assert w.run("ADD")[0] == 0
+    go = ("CNI-DN-" + sha512_hex(f"{NET}ctr1".encode()))[:28]
+    assert chain("ctr1") == go and f":{go}\n" in w.fake.dump()
+    conf = w.conf(ip="10.88.0.7", mappings=[{"hostPort": 9090, "containerPort": 90}])
+    conf["prevResult"]["interfaces"][0]["name"] = "net1"
+    net1 = Attachment(NET, "ctr1", "net1")
+    assert w.kernel.run("portmap", "ADD", conf, netns=w.netns, ifname="net1")[0] == 0
+    second = xtables.second_chain_name(net1)
+    dump = w.fake.dump()
+    assert second != go and f":{second}\n" in dump and f":{go}\n" in dump
+    assert w.kernel.run("portmap", "ADD", conf, netns=w.netns, ifname="net1")[0] == 0
+    assert w.fake.dump() == dump  # a repeated ADD keeps its name
+    (w.state / "portmap" / f"{net1.tag}.json").unlink()
+    w.fake.sent()
+
+    assert w.kernel.run("portmap", "DEL", conf, netns=w.netns, ifname="net1") == (0, None)
+
+    dump = w.fake.dump()
+    assert f":{second}\n" not in dump and f":{go}\n" in dump and "9090" not in dump
+    assert w.run("DEL") == (0, None)
+    assert "CNI-DN-" not in w.fake.dump()
+
+
+def old_naming(w: World, cid: str, port: int, record: bool) -> str:
+    """An attachment as our releases before Go's naming left it: chain named from the
+    tag, a per-port jump commented "portmap <tag> ...", the record naming the chain."""
+    att = Attachment(NET, cid, "eth0")
+    old = xtables.old_chain_name(att)
+    nat = w.fake.xtables.table("nft", 4)
+    nat.setdefault("CNI-HOSTPORT-DNAT", [])
+    nat[old] = [f"-A {old} -p udp -m udp --dport {port} -j DNAT --to-destination 10.88.0.9:53"]
+    nat["CNI-HOSTPORT-DNAT"].append(
+        f"-A CNI-HOSTPORT-DNAT -p udp -m udp --dport {port} -m comment "
+        f'--comment "portmap {att.comment}" -j {old}'
+    )
+    if record:
+        entry = state.Recorded(NET, cid, "eth0", "iptables", [[4, old, "nft"]])
+        state.store().save(att, entry)
+    return old
+
+
+def test_iptables_del_and_gc_remove_what_the_former_naming_made(ipt_world: World) -> None:
+    """An upgrade with pods running: DEL of an attachment added under the former naming
+    removes its chain (named in its record) and jump; GC removes a stale one, with or
+    without its record."""
+    w = ipt_world
+    old1 = old_naming(w, "ctr1", 5301, record=True)
+    old2 = old_naming(w, "gone", 5302, record=True)
+    old3 = old_naming(w, "lost", 5303, record=False)
+    kept = old_naming(w, "other", 5304, record=True)
+
+    assert w.run("DEL") == (0, None)
+    assert old1 not in w.fake.dump() and old2 in w.fake.dump()
+    gc = {"cniVersion": "1.1.0", "name": NET, "type": "portmap", "backend": "iptables",
+          "cni.dev/valid-attachments": [{"containerID": "other", "ifname": "eth0"}]}  # fmt: skip
+    assert w.kernel.run("portmap", "GC", gc, netns="") == (0, None)
+
+    dump = w.fake.dump()
+    assert old2 not in dump and old3 not in dump and kept in dump and "5304" in dump
+    assert w.records() == [f"{Attachment(NET, 'other', 'eth0').tag}.json"]

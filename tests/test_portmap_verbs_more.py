@@ -28,6 +28,7 @@ from tests.test_portmap_verbs import (
     T,
     World,
     chain,
+    go_comment,
     sent,
     tag,
 )
@@ -197,28 +198,29 @@ def nft_lane(family: int, lane: str, condition: str) -> list[str]:
 def ipt_dual_dump(cid: str, conditioned: bool) -> str:
     """Both nat tables after one dual-stack ADD of HOSTIPS, as iptables-save orders them."""
     dn = chain(cid)
-    jump = f'-m comment --comment "portmap {tag(cid)}" -j {dn}'
+    c = go_comment(cid)
     s4, s6 = ("-s 192.168.77.0/24 ", "! -s fd77::/64 ") if conditioned else ("", "")
     v4 = [
         f"-A {dn} -s 10.88.0.0/16 -d 192.168.77.1/32 -p tcp -m tcp --dport 8080 "
         "-j CNI-HOSTPORT-SETMARK",
-        f"-A {dn} -s 127.0.0.0/8 -d 192.168.77.1/32 -p tcp -m tcp --dport 8080 "
+        f"-A {dn} -s 127.0.0.1/32 -d 192.168.77.1/32 -p tcp -m tcp --dport 8080 "
         "-j CNI-HOSTPORT-SETMARK",
         f"-A {dn} -d 192.168.77.1/32 -p tcp -m tcp --dport 8080 "
         "-j DNAT --to-destination 10.88.0.5:80",
         f"-A {dn} -s 10.88.0.0/16 -p udp -m udp --dport 5353 -j CNI-HOSTPORT-SETMARK",
-        f"-A {dn} -s 127.0.0.0/8 -p udp -m udp --dport 5353 -j CNI-HOSTPORT-SETMARK",
+        f"-A {dn} -s 127.0.0.1/32 -p udp -m udp --dport 5353 -j CNI-HOSTPORT-SETMARK",
         f"-A {dn} -p udp -m udp --dport 5353 -j DNAT --to-destination 10.88.0.5:53",
-        f"-A CNI-HOSTPORT-DNAT {s4}-d 192.168.77.1/32 -p tcp -m tcp --dport 8080 {jump}",
-        f"-A CNI-HOSTPORT-DNAT {s4}-p udp -m udp --dport 5353 {jump}",
+        # Go's: one multiport jump per protocol, listing every mapping's host port
+        f"-A CNI-HOSTPORT-DNAT {s4}-p tcp {c} -m multiport --dports 8080,8443 -j {dn}",
+        f"-A CNI-HOSTPORT-DNAT {s4}-p udp {c} -m multiport --dports 5353 -j {dn}",
     ]
     v6 = [
         f"-A {dn} -s fd00::/64 -d fd77::1/128 -p tcp -m tcp --dport 8443 -j CNI-HOSTPORT-SETMARK",
         f"-A {dn} -d fd77::1/128 -p tcp -m tcp --dport 8443 -j DNAT --to-destination [fd00::5]:443",
         f"-A {dn} -s fd00::/64 -p udp -m udp --dport 5353 -j CNI-HOSTPORT-SETMARK",
         f"-A {dn} -p udp -m udp --dport 5353 -j DNAT --to-destination [fd00::5]:53",
-        f"-A CNI-HOSTPORT-DNAT {s6}-d fd77::1/128 -p tcp -m tcp --dport 8443 {jump}",
-        f"-A CNI-HOSTPORT-DNAT {s6}-p udp -m udp --dport 5353 {jump}",
+        f"-A CNI-HOSTPORT-DNAT {s6}-p tcp {c} -m multiport --dports 8080,8443 -j {dn}",
+        f"-A CNI-HOSTPORT-DNAT {s6}-p udp {c} -m multiport --dports 5353 -j {dn}",
     ]
     out = []
     for family, rules in ((4, v4), (6, v6)):
@@ -289,19 +291,20 @@ def test_dual_stack_add_maps_each_familys_host_addresses_then_del_removes_them(
 def test_iptables_sends_the_hostip_jumps_first_and_the_conditions_after_the_ports(
     ipt: Dual,
 ) -> None:
-    """The restore text itself: jumps of host addresses go in with -I (before every
-    wildcard), the conditions after the port match (iptables-save moves -s to the front)."""
+    """The restore text itself: the jumps of an attachment with a host address go in at
+    the top (before every wildcard), in their order; Go's argv, the conditions after the
+    ports (iptables-save moves -s to the front)."""
     assert ipt.run("ADD", **CONDITIONS["iptables"])[0] == 0
-    dn, c = chain("ctr1"), f'-m comment --comment "portmap {tag("ctr1")}" -j {chain("ctr1")}'
+    dn, c = chain("ctr1"), go_comment("ctr1")
     text = ipt.fake.sent()
     assert sent("nft ipv4", [
-        f"-I CNI-HOSTPORT-DNAT -d 192.168.77.1/32 -p tcp -m tcp --dport 8080 "
-        f"-s 192.168.77.0/24 {c}",
-        f"-A CNI-HOSTPORT-DNAT -p udp -m udp --dport 5353 -s 192.168.77.0/24 {c}",
+        f"-I CNI-HOSTPORT-DNAT 1 {c} -m multiport -p tcp --dports 8080,8443 "
+        f"-s 192.168.77.0/24 -j {dn}",
+        f"-I CNI-HOSTPORT-DNAT 2 {c} -m multiport -p udp --dports 5353 -s 192.168.77.0/24 -j {dn}",
     ]) in text  # fmt: skip
     assert sent("nft ipv6", [
-        f"-I CNI-HOSTPORT-DNAT -d fd77::1/128 -p tcp -m tcp --dport 8443 ! -s fd77::/64 {c}",
-        f"-A CNI-HOSTPORT-DNAT -p udp -m udp --dport 5353 ! -s fd77::/64 {c}",
+        f"-I CNI-HOSTPORT-DNAT 1 {c} -m multiport -p tcp --dports 8080,8443 ! -s fd77::/64 -j {dn}",
+        f"-I CNI-HOSTPORT-DNAT 2 {c} -m multiport -p udp --dports 5353 ! -s fd77::/64 -j {dn}",
     ]) in text  # fmt: skip
     assert f"nft ipv6: -N {dn}\n" in text
 
@@ -323,13 +326,9 @@ def test_hostip_mapping_and_wildcard_of_the_same_port_are_no_conflict(dual: Dual
     )
     assert dual.fake.dump() == before
     if dual.backend == "iptables":
-        # the specific addresses' jumps come before the wildcard's
+        # the jumps of the attachments with specific addresses come before the wildcard's
         jumps = [x for x in before.splitlines() if x.startswith("-A CNI-HOSTPORT-DNAT")]
-        assert [x.split(" --comment ")[0] for x in jumps] == [
-            "-A CNI-HOSTPORT-DNAT -d 192.168.78.1/32 -p tcp -m tcp --dport 8080 -m comment",
-            "-A CNI-HOSTPORT-DNAT -d 192.168.77.1/32 -p tcp -m tcp --dport 8080 -m comment",
-            "-A CNI-HOSTPORT-DNAT -p tcp -m tcp --dport 8080 -m comment",
-        ]
+        assert [x.split(" -j ")[-1] for x in jumps] == [chain(c) for c in ("ctr3", "ctr1", "ctr2")]
     else:
         claims = before.split("  set claims4\n")[1].split("  map masq4")[0]
         assert claims == (f'    192.168.77.1 . tcp . 8080 comment "{tag("ctr1")}"\n'
@@ -378,7 +377,7 @@ def test_check_names_a_jump_that_went_to_another_chain(ipt: Dual) -> None:
     assert (code, error["code"]) == (1, 102)
     lacks, count = error["details"].split("; ")
     assert lacks.startswith("IPv6: CNI-HOSTPORT-DNAT lacks a jump the config asks for: ")
-    assert '--dport 8443 -m comment --comment "portmap ' in lacks  # the one redirected
+    assert "-p tcp --dports 8080,8443 " in lacks  # the one redirected
     assert count == f"IPv6: CNI-HOSTPORT-DNAT has 1 jumps to {chain('ctr1')}, expected 2"
 
 
@@ -444,14 +443,13 @@ def test_gc_of_a_mix_sweeps_stale_and_stateless_attachments_only(dual: Dual) -> 
         undo = []
         doomed = sorted((chain(cid), cid) for cid in gone)  # chain by chain, in name order
         for dn, cid in doomed:
-            comment = f'-m comment --comment "portmap {tag(cid)}" -j {dn}'
-            undo += [f"-D CNI-HOSTPORT-DNAT -p udp -m udp --dport {ports[cid]} {comment}",
-                     f"-F {dn}", f"-X {dn}"]  # fmt: skip
+            undo += [f"-D CNI-HOSTPORT-DNAT -p udp {go_comment(cid)} -m multiport "
+                     f"--dports {ports[cid]} -j {dn}", f"-F {dn}", f"-X {dn}"]  # fmt: skip
         flush = ", ".join(f"*:{ports[cid]}" for _, cid in doomed)
         assert (
             dual.fake.sent() == sent("nft ipv4", undo) + f"conntrack: flush IPv4 UDP to {flush}\n"
         )
-        names = {chain(cid) for cid in gone} | {tag(cid) for cid in gone}
+        names = {chain(cid) for cid in gone} | {f'id: \\"{cid}\\"' for cid in gone}
         kept = [x for x in full.splitlines() if not any(n in x for n in names)]
     assert dual.fake.dump() == "".join(f"{x}\n" for x in kept)
     assert {p.name for p in (dual.state / "portmap").glob("*.json")} == {

@@ -247,7 +247,7 @@ def finish_both(
 # ---------------------------------------------------------------------------- two DELs at once
 
 # (plugin, where DEL A stops, whether DEL B then waits for A's lock)
-READ = "common.state:StateDir.read_json"
+READ = "common.state:StateDir.read_bytes"
 TWO_DELS = [
     pytest.param("portmap", f"{READ}@1+", False, id="portmap-unlocked-read"),
     pytest.param("portmap", f"{READ}@2+", True, id="portmap-locked-read"),

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from common.errors import CniError
 from common.result import Result
 from common.versions import SUPPORTED_VERSIONS
 
@@ -159,6 +160,42 @@ def test_container_ips_selects_sandboxed_interface() -> None:
         "10.99.0.5/24",
     ]
     assert r.container_ips("veth1") == []
+
+
+@pytest.mark.parametrize("index", [-2, 10**30, 1, 2**63])
+def test_an_interface_index_that_points_at_no_interface_is_error_7(index: int) -> None:
+    """The schema: an index into `interfaces`, minimum 0; -2 and 10**30 used to pass."""
+    prev: dict[str, Any] = {"interfaces": [{"name": "eth0", "sandbox": "/run/netns/x"}],
+                            "ips": [{"address": "10.0.0.2/24", "interface": 0},
+                                    {"address": "10.0.0.3/24", "interface": index}]}  # fmt: skip
+    with pytest.raises(CniError) as e:
+        Result.from_json(json.loads(json.dumps(prev)), "1.0.0")
+    assert e.value.code == 7, e.value
+    assert e.value.msg.startswith("prevResult.ips[1].interface is ")
+    assert "not an index into interfaces (0 to 0)" in e.value.msg and len(e.value.msg) < 120
+    del prev["interfaces"]
+    prev["ips"] = prev["ips"][:1]
+    with pytest.raises(CniError) as e:
+        Result.from_json(prev, "1.0.0")
+    assert "(the result has none)" in e.value.msg
+
+
+def test_an_interface_index_of_minus_one_reads_as_none() -> None:
+    """Some 0.3.0-era plugins wrote -1 for "no interface"; the spec's upgrade notes ask
+    consumers to handle it gracefully: such an address is tied to no interface."""
+    prev = {"cniVersion": "1.0.0", "interfaces": [{"name": "eth0", "sandbox": "/x"}],
+            "ips": [{"address": "10.0.0.2/24", "interface": 0},
+                    {"address": "10.0.0.3/24", "interface": -1}], "dns": {}}  # fmt: skip
+    r = Result.from_json(json.loads(json.dumps(prev)), "1.0.0")
+    assert [ip.address for ip in r.container_ips("eth0")] == ["10.0.0.2/24", "10.0.0.3/24"]
+    assert r.to_json("1.0.0")["ips"][1] == {"address": "10.0.0.3/24"}
+
+
+def test_an_interface_index_in_range_or_absent_passes_through() -> None:
+    prev = {"cniVersion": "1.0.0", "interfaces": [{"name": "eth0", "sandbox": "/x"}],
+            "ips": [{"address": "10.0.0.2/24", "interface": 0}, {"address": "10.0.0.3/24"}],
+            "dns": {}}  # fmt: skip
+    assert Result.from_json(prev, "1.0.0").to_json("1.0.0") == prev
 
 
 # ---------------------------------------------------------------------------- properties

@@ -3,7 +3,7 @@ without a clock.
 
 Each verb runs in a fresh `python -IS -X importtime` process started the way
 deploy/install.sh's launcher starts it (our packages and the venv's site-packages on
-sys.path, no site.py, helper off), and that process writes sorted(sys.modules) when it
+sys.path, no site.py), and that process writes sorted(sys.modules) when it
 exits. A verb fails here when our code imports a module known to be heavy (5-15 ms each
 on a 2-core node, or a whole subsystem it has no use for), or when it imports more modules
 than its recorded budget (counted beyond what the bare launcher has). A new import on a
@@ -103,7 +103,7 @@ BUDGET = {
     ("portmap-nftables", "DEL"): 52,  # no plan (nor ipaddress) when the state file says
     ("portmap-iptables", "ADD"): 52,
     ("portmap-iptables", "CHECK"): 51,
-    ("portmap-iptables", "DEL"): 51,
+    ("portmap-iptables", "DEL"): 50,
     ("bandwidth", "ADD"): 140,
     ("bandwidth", "CHECK"): 139,
     ("bandwidth", "DEL"): 137,
@@ -190,7 +190,6 @@ def imported(
         "CNI_IFNAME": "eth0",
         "CNI_NETNS": netns,
         "CNI_PATH": "/usr/lib/cni",
-        "CNI_META_HELPER": "off",
         **(env or {}),
     }
     python = [sys.executable, "-IS", "-X", "importtime", str(exe)]

@@ -496,8 +496,7 @@ def test_gos_del_restores_what_ours_saved(lab: Lab) -> None:
 
 def test_sysctl_only_config_does_not_import_pyroute2(lab: Lab) -> None:
     make_veth(lab)
-    # In-process (no resident helper): what the executable itself imports.
-    env = {"PYTHONPROFILEIMPORTTIME": "1", "CNI_META_HELPER": "off"}
+    env = {"PYTHONPROFILEIMPORTTIME": "1"}
     sysctl_only = run(lab, "ADD", config(lab, sysctl={SOMAXCONN: "600"}), env=env).ok()
     assert "common.skel" in sysctl_only.stderr  # the import trace is there
     assert "pyroute2" not in sysctl_only.stderr

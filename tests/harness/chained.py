@@ -110,9 +110,6 @@ def invocation(
         CNI_NETNS=m.ctr.path if command != "GC" else "",
         CNI_PATH=f"{OUR_BIN}:{GO_BIN}",
         CNI_ARGS="",
-        # The plugin does the work in this very process (no resident helper, even if one
-        # listens on the default socket): that is the process a runtime kills.
-        CNI_META_HELPER="off",
     )
     full.update(env)
     if command == "GC":

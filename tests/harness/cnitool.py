@@ -1,4 +1,9 @@
-"""The libcni-based cnitool from ../shared/tools/cnitool, built once per machine.
+"""The project's libcni client (tests/harness/libcni_client/), built on first use.
+
+It takes upstream cnitool's arguments (`add|check|del NETWORK NETNS`, NETCONFPATH, CNI_PATH,
+CNI_ARGS, CAP_ARGS, ...), so the suites drive plugins through libcni exactly as runtimes
+do. build.sh compiles it offline against Debian's golang-github-appc-cni-dev; the result is
+kept under build/, in a directory named after a hash of the sources (an edit rebuilds it).
 
 libcni keeps its result cache in /var/lib/cni; `run_in_private_varlib` runs a script in a
 private mount namespace with a tmpfs over /var/lib, so nothing reaches the machine's own.
@@ -6,28 +11,41 @@ private mount namespace with a tmpfs over /var/lib, so nothing reaches the machi
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-CACHE = REPO / ".venv" / "cnitool"
+SOURCE = Path(__file__).resolve().parent / "libcni_client"
+CACHE = REPO / "build" / "libcni-client"
 
 
-def shared_dir() -> Path:
-    for candidate in (REPO.parent / "shared", Path("/work/shared")):
-        if (candidate / "tools" / "cnitool" / "build.sh").exists():
-            return candidate
-    raise FileNotFoundError("shared/tools/cnitool/build.sh not found beside the repository")
+def _source_key() -> str:
+    digest = hashlib.sha256()
+    for name in ("main.go", "build.sh"):
+        digest.update(name.encode() + b"\0" + (SOURCE / name).read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def build() -> str:
-    """Path of a built cnitool (the build installs Go and libcni from Debian if needed)."""
-    exe = CACHE / "cnitool"
-    if not exe.exists():
-        CACHE.mkdir(parents=True, exist_ok=True)
-        script = shared_dir() / "tools" / "cnitool" / "build.sh"
-        subprocess.run(["bash", str(script), str(CACHE)], check=True, capture_output=True)
+    """Path of the built client (built now if these sources have not been built yet)."""
+    exe = CACHE / _source_key() / "libcni-client"
+    if exe.exists():
+        return str(exe)
+    exe.parent.mkdir(parents=True, exist_ok=True)
+    # Built under a name of this process and renamed: parallel test workers never run a
+    # half-written file.
+    tmp = exe.with_name(f"{exe.name}.tmp.{os.getpid()}")
+    proc = subprocess.run(
+        ["bash", str(SOURCE / "build.sh"), str(tmp)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"building the libcni client failed:\n{proc.stderr}{proc.stdout}")
+    os.replace(tmp, exe)
     return str(exe)
 
 

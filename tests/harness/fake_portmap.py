@@ -17,7 +17,8 @@ module's versions there:
 * host extras: `portmap.verbs.read_sysctl`/`write_sysctl` (route_localnet),
   `portmap.netlink.route_oif_v4` (every container address is behind `cni0`) and
   `portmap.netlink.flush_udp_conntrack` (recorded, deletes nothing); the Go portmap's
-  objects (`portmap.go_takeover`) are absent.
+  nftables table (`portmap.go_takeover`) is absent; `portmap.probe` sees the fake's
+  iptables-nft chains.
 
 Tests compare exact text: `dump()` of the model and `sent()`, the changes requested
 since the last call, in order (nft's reads too with `sent(reads=True)`). The root tests
@@ -35,7 +36,7 @@ from typing import Any
 
 import pytest
 
-from portmap import go_takeover, netlink, nft, verbs, xtables
+from portmap import netlink, nft, probe, verbs, xtables
 
 TABLE = "cni_meta_portmap"
 ROUTE_LOCALNET = "/proc/sys/net/ipv4/conf/cni0/route_localnet"
@@ -393,8 +394,13 @@ class FakeNetfilter:
         monkeypatch.setattr(verbs, "write_sysctl", self._write_sysctl)
         monkeypatch.setattr(netlink, "route_oif_v4", lambda ip: "cni0")
         monkeypatch.setattr(netlink, "flush_udp_conntrack", self._flush)
-        monkeypatch.setattr(go_takeover, "nft_has", lambda *a: False)
-        monkeypatch.setattr(go_takeover, "legacy_may_have", lambda *a: False)
+        monkeypatch.setattr(probe, "nft_has", self._nft_has)
+        monkeypatch.setattr(probe, "legacy_may_have", lambda *a: False)
+
+    def _nft_has(self, family: int, table: str, chain: str | None = None) -> bool:
+        """The iptables-nft chains are the fake's; Go's nftables table is never there."""
+        tables = self.xtables.tables
+        return table == "nat" and chain is not None and chain in tables.get(("nft", family), {})
 
     def _read_sysctl(self, path: str) -> str:
         if path not in self.sysctls:

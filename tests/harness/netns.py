@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from common.netns import entered
+from cnichain import netns as api_netns
 
 PREFIX = "cmpt"  # every namespace a test makes starts with this
 _created: set[str] = set()  # by this process: what the leak check holds it to
@@ -30,32 +30,11 @@ def sh(*argv: str, check: bool = True, netns: str | None = None) -> str:
 
 
 @dataclass
-class Netns:
+class Netns(api_netns.Netns):
+    """The installed cnichain.netns.Netns (run, ip, entered, sysctl, socket), as a
+    dataclass the harness builds by field (tests/harness/runtimes.py's PathNetns)."""
+
     name: str
-
-    @property
-    def path(self) -> str:
-        return f"/run/netns/{self.name}"
-
-    def run(self, *argv: str, check: bool = True) -> str:
-        return sh(*argv, check=check, netns=self.name)
-
-    def ip(self, *args: str, check: bool = True) -> str:
-        return sh("ip", "-n", self.name, *args, check=check)
-
-    @contextmanager
-    def entered(self) -> Iterator[None]:
-        with entered(self.path):
-            yield
-
-    def sysctl(self, key: str, value: str | None = None) -> str:
-        path = "/proc/sys/" + key.replace(".", "/")
-        with self.entered():
-            if value is not None:
-                with open(path, "w") as f:
-                    f.write(value)
-            with open(path) as f:
-                return f.read().strip()
 
 
 def create(role: str) -> Netns:
