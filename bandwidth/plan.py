@@ -159,6 +159,7 @@ class UpdateIfb(_IfbSettings):
 
 class DeleteIfb(Action):
     name: str
+    index: int  # the ifindex it was observed at: deleted by it, with no lookup by name
 
 
 class SetTbf(Action):
@@ -312,8 +313,8 @@ def reconcile(
             root = observed.ifb.root
             if root is None or root.tbf != plan.ifb.tbf.params or root.handle != TBF_HANDLE:
                 actions.append(SetTbf(ifb, plan.ifb.tbf))
-    elif ifb_ours:
-        actions.append(DeleteIfb(ifb))
+    elif ifb_ours and observed.ifb is not None:
+        actions.append(DeleteIfb(ifb, observed.ifb.link.index))
 
     device = observed.device
     if device is not None:
@@ -339,14 +340,17 @@ def reconcile(
             if not wanted:
                 actions.append(AddRedirect(parent, ifb))
         else:
-            for g in ours:
-                actions.append(DeleteFilters(parent, g.prio, g.protocol, g.kind))
             ingress = device.ingress
+            drop_ingress = False
             if ingress is not None and ingress_owned and ingress.kind == "ingress":
                 if foreign:
                     kept.append(f"ingress qdisc on {device.link.name}: others' filters use it")
                 else:
+                    drop_ingress = True
                     actions.append(DeleteIngressQdisc())
+            if not drop_ingress:  # the kernel deletes a qdisc's filters with it
+                for g in ours:
+                    actions.append(DeleteFilters(parent, g.prio, g.protocol, g.kind))
             ingress_owned = False
 
         # -- the tbf on the device itself

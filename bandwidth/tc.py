@@ -250,15 +250,24 @@ class Rtnl:
         filters = self.nl.request(msg, rtnl.RTM_GETTFILTER, rtnl.NLM_F_DUMP, tolerate=GONE)
         return DeviceState(link, qdiscs, tuple(_filter(m) for m in filters))
 
-    def observe(self, device: Link | None, ifb: str) -> Observed:
+    def observe(self, device: Link | None, ifb: str, *, ifb_qdisc: bool = True) -> Observed:
+        """What `device` and the ifb named `ifb` have. `ifb_qdisc` false: the ifb's root
+        qdisc is not read (a DEL deletes the ifb, and its qdisc with it, whatever it is)."""
         try:
             state = self.device_state(device) if device is not None else None
             ifb_link = self.link(ifb)
             ifb_state = None
             if ifb_link is not None:
-                ifb_state = IfbState(ifb_link, self._get_qdisc(ifb_link.index, TC_H_ROOT))
+                root = self._get_qdisc(ifb_link.index, TC_H_ROOT) if ifb_qdisc else None
+                ifb_state = IfbState(ifb_link, root)
             targets = {f.redirect_to for f in state.filters} if state else set()
-            live = frozenset(t for t in targets if t is not None and self.link(index=t) is not None)
+            # A redirect to the ifb just read needs no lookup to know it is alive.
+            known = ifb_link.index if ifb_link is not None else None
+            live = frozenset(
+                t
+                for t in targets
+                if t is not None and (t == known or self.link(index=t) is not None)
+            )
         except (NetlinkError, TimeoutError) as e:
             raise CniError(KERNEL_FAILURE, "reading links and qdiscs failed", str(e)) from None
         return Observed(state, ifb_state, live)
@@ -303,12 +312,12 @@ class Rtnl:
             index = self._index(action.name)
             self._set_link(index, IFLA_MTU=action.mtu, IFLA_IFALIAS=action.alias)
         elif isinstance(action, plan.DeleteIfb):
+            # By the ifindex it was observed (and found ours) at: ifindexes are not reused
+            # soon, so this deletes that device or, when it is gone already, nothing.
             self.indexes.pop(action.name, None)
-            link = self.link(action.name)
-            if link is not None:
-                msg = self.m.ifinfmsg()
-                msg["index"] = link.index
-                self.nl.request(msg, rtnl.RTM_DELLINK, tolerate=GONE)
+            msg = self.m.ifinfmsg()
+            msg["index"] = action.index
+            self.nl.request(msg, rtnl.RTM_DELLINK, tolerate=GONE)
         elif isinstance(action, plan.SetTbf):
             target = self._index(action.ifb) if action.ifb else _need(device).index
             tbf = action.tbf

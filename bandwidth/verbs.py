@@ -147,7 +147,8 @@ def _remove(
 ) -> None:
     """Take away what the attachment owns on `device` (None: gone) and its ifb."""
     empty = Plan(mode, device.name if device is not None else "")
-    result = plan.reconcile(empty, sock.observe(device, ifb), owned, ifb=ifb, alias=alias)
+    observed = sock.observe(device, ifb, ifb_qdisc=False)
+    result = plan.reconcile(empty, observed, owned, ifb=ifb, alias=alias)
     sock.apply(result.actions, device)
 
 
@@ -240,7 +241,7 @@ def gc(request: Request) -> None:
         for link in host.links():
             owner = plan.alias_owner(link.alias, network) if link.kind == "ifb" else None
             if owner is not None and AttachmentId(*owner) not in valid:
-                host.apply((plan.DeleteIfb(link.name),), None)
+                host.apply((plan.DeleteIfb(link.name, link.index),), None)
                 request.log.info(f"gc: deleted ifb {link.name} of {owner[0]}/{owner[1]}")
 
 

@@ -107,7 +107,9 @@ def _best_effort_version(data: bytes) -> str:
 def version_answer(data: bytes) -> dict[str, Any]:
     """VERSION: never fails; echoes the requested version when there is a sensible one."""
     requested = versions.LATEST
-    v = _asked_version(data)
+    # Nothing on stdin (some callers send none) is no version asked, said without the
+    # decoder: its error for empty text would import the `json` package (common.jsontext).
+    v = _asked_version(data) if data.strip() else None
     if isinstance(v, str):
         try:
             versions.parse(v)

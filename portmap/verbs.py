@@ -112,14 +112,14 @@ def delete(request: Request) -> None:
         request.log.warning(f"ignoring unreadable portmap config on DEL: {e}")
         config = cfg.PortmapConfig(cfg.Options(), ())
     recorded = sd.load(att)
-    if recorded is not None and recorded.backend in cfg.BACKENDS:
-        name = recorded.backend
-    else:
-        name = backends.resolve(config.options)
+    known = recorded is not None and recorded.backend in cfg.BACKENDS
+    name = recorded.backend if recorded is not None and known else backends.resolve(config.options)
     backend = backends.make(name, sd, request.log)
     plan = None
     prev = request.conf.prev_result
-    if prev is not None and config.mappings:
+    # With a state file of its backend, a backend deletes what the file records and never
+    # needs the plan: only without one does the config say where to look.
+    if not known and prev is not None and config.mappings:
         try:
             plan = make_plan(config, att, prev, backend.name)
         except CniError as e:

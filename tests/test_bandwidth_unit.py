@@ -483,7 +483,8 @@ def test_del_removes_exactly_what_the_attachment_owns() -> None:
     p = build()
     r = plan.reconcile(Plan(HOST, "veth1234"), converged(p), Ownership(True, True), ifb=IFB,
                        alias=ALIAS)  # fmt: skip
-    assert kinds(r.actions) == [DeleteFilters, DeleteIngressQdisc, DeleteIfb, DeleteRootQdisc]
+    # the filters go with the ingress qdisc
+    assert kinds(r.actions) == [DeleteIngressQdisc, DeleteIfb, DeleteRootQdisc]
     assert r.ownership == Ownership()
 
 
@@ -524,7 +525,7 @@ def test_dropping_egress_on_a_second_add_removes_the_ifb() -> None:
     p = build()
     only_ingress = build(config.BandwidthConfig(ingress=BOTH.ingress))
     r = plan.reconcile(only_ingress, converged(p), Ownership(True, True), ifb=IFB, alias=ALIAS)
-    assert kinds(r.actions) == [DeleteFilters, DeleteIngressQdisc, DeleteIfb]
+    assert kinds(r.actions) == [DeleteIngressQdisc, DeleteIfb]
 
 
 # ---------------------------------------------------------------------------- CHECK

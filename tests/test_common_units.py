@@ -369,3 +369,41 @@ def test_chain_cache_write_replaces_a_planted_tmp_symlink(
     assert victim.read_text() == "keep me"
     assert sorted(os.listdir(cache_dir)) == ["net-c1-eth0"]
     assert jsontext.loads((cache_dir / "net-c1-eth0").read_bytes())["result"] == result
+
+
+# A plugin process run the way deploy/install.sh's launcher runs it, with an exit handler
+# that leaves a mark: the interpreter's teardown runs such handlers, posix._exit does not.
+EXIT_PROBE = """\
+import sys, atexit
+sys.path[:0] = {paths!r}
+atexit.register(lambda: open({mark!r}, "w").close())
+from {plugin}.__main__ import main
+main()
+"""
+
+
+@pytest.mark.parametrize(
+    ("command", "config", "status"),
+    [
+        ("VERSION", b'{"cniVersion": "1.0.0"}', 0),
+        ("ADD", b"{not json", 1),  # an error answer: also flushed, with its status
+    ],
+)
+def test_a_plugin_exits_once_its_answer_is_flushed_without_teardown(
+    tmp_path: Path, command: str, config: bytes, status: int
+) -> None:
+    import sysconfig
+
+    mark = tmp_path / "teardown-ran"
+    repo = str(Path(__file__).resolve().parents[1])
+    paths = [repo, sysconfig.get_paths()["purelib"]]
+    probe = EXIT_PROBE.format(paths=paths, mark=str(mark), plugin="tuning")
+    env = {"CNI_COMMAND": command, "CNI_CONTAINERID": "c1", "CNI_IFNAME": "eth0",
+           "CNI_NETNS": "/proc/self/ns/net", "CNI_PATH": "/usr/lib/cni"}  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-IS", "-c", probe], input=config, env=env, capture_output=True
+    )
+    assert proc.returncode == status, proc.stderr
+    answer = jsontext.loads(proc.stdout)
+    assert ("code" in answer) == bool(status), answer  # the whole answer arrived
+    assert not mark.exists()  # no teardown: atexit handlers (and the rest of it) skipped

@@ -136,12 +136,18 @@ SPECS = {
     "ingress": "ingressRate=10mbit",  # tbf on the host veth only
     "egress": "egressRate=20mbit",  # ifb, ingress qdisc and redirect only
 }
-# What a DEL of each has to remove, so its requests must include these
+# What a DEL of each has to remove, so its requests must include these (the redirect
+# filter goes with the ingress qdisc: no request of its own)
 DELETES = {
-    "both": {"RTM_DELLINK", "RTM_DELQDISC", "RTM_DELTFILTER"},
+    "both": {"RTM_DELLINK", "RTM_DELQDISC"},
     "ingress": {"RTM_DELQDISC"},
-    "egress": {"RTM_DELLINK", "RTM_DELQDISC", "RTM_DELTFILTER"},
+    "egress": {"RTM_DELLINK", "RTM_DELQDISC"},
 }
+# And all its requests, reads included: the host veth (GETLINK), its root and ingress
+# qdiscs, the filters of the ingress one, the ifb (GETLINK); then the deletes. The ifb's
+# qdisc is not read (it goes with the ifb), a redirect to the ifb needs no lookup of its
+# target, and the ifb is deleted by the ifindex it was read at.
+DEL_REQUESTS = {"both": 8, "ingress": 5, "egress": 7}
 
 
 def bandwidth_records(lab: Lab) -> list[str]:
@@ -176,6 +182,7 @@ def test_bandwidth_del_succeeds_whatever_vanishes_at_each_request(
     clean = del_with_fault(0)
     kinds = {r.split("(")[0] for r in clean.requests}
     assert DELETES[spec] <= kinds, clean.requests
+    assert len(clean.requests) == DEL_REQUESTS[spec], clean.requests
     every_step(len(clean.requests), del_with_fault)
 
 

@@ -26,10 +26,11 @@ import functools
 import importlib
 import json
 import os
+import posix
 import signal
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 # The steps worth dying at, per plugin: every call that changes the kernel or a state
 # file (and the libnftables calls, reads included: portmap reads between its writes).
@@ -108,6 +109,15 @@ def main() -> None:
                     json.dump(counts, f)
 
         atexit.register(report)
+        # A plugin ends with posix._exit once its answer is out (common.finish), which
+        # runs no atexit handler: report on that way out too.
+        plain_exit = posix._exit
+
+        def report_and_exit(status: int) -> NoReturn:
+            report()
+            plain_exit(status)
+
+        posix._exit = report_and_exit
     sys.argv = [plugin]
     importlib.import_module(f"{plugin}.__main__").main()
 
