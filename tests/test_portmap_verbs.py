@@ -368,6 +368,30 @@ def test_del_of_one_attachment_keeps_the_others(world: World) -> None:
         ]) + FLUSH  # fmt: skip
 
 
+def test_a_stale_del_or_add_after_a_firewall_reload_leaves_the_new_owner_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ctr1's state still names its keys after a reload emptied the table and ctr2 took
+    them: ctr1's repeated ADD is a conflict, its DEL removes nothing of ctr2's. (snat off:
+    the two attachments then share every key, none of them names a container address.)"""
+    monkeypatch.setenv("CNI_META_STATE_ROOT", str(tmp_path / "state"))
+    world = World(tmp_path, monkeypatch, "nftables")
+    for stale in ("DEL", "ADD"):
+        assert world.run("ADD", snat=False)[0] == 0
+        world.fake.nft.table = None  # nft flush ruleset
+        assert world.run("ADD", cid="ctr2", ip="10.88.0.6", snat=False)[0] == 0
+        taken = world.fake.dump()
+        code, error = world.run(stale, snat=False)
+        if stale == "ADD":
+            assert (code, error["code"]) == (1, 101)
+            assert error["msg"].endswith(f"already mapped by attachment {NET}/ctr2/eth0")
+        else:
+            assert (code, error) == (0, None)
+        assert world.fake.dump() == taken
+        assert world.run("CHECK", cid="ctr2", ip="10.88.0.6", snat=False) == (0, None)
+        assert world.run("DEL", cid="ctr2", ip="10.88.0.6", snat=False) == (0, None)
+
+
 # ---------------------------------------------------------------------------- GC
 
 
