@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from common.errors import INVALID_CONFIG, CniError
 from common.state import AttachmentStore, safe_file_name
-from tuning.config import LINK_FIELDS, MTU_MAX, MTU_MIN, LinkSettings, parse_mac
+from tuning.config import LINK_FIELDS, MTU_MAX, MTU_MIN, TXQLEN_MAX, LinkSettings, parse_mac
 from tuning.plan import LinkState, Plan
 
 TYPE_CHECKING = False  # avoids importing typing at runtime
@@ -99,7 +99,7 @@ class Backup(LinkSettings):
             mtu=in_range("mtu", MTU_MIN, MTU_MAX),  # Go writes 0 for "not changed"
             promisc=typed("promisc", bool),
             allmulti=typed("allmulti", bool),
-            tx_qlen=in_range("txQLen", 0, 2**32 - 1),
+            tx_qlen=in_range("txQLen", 0, TXQLEN_MAX),
             sysctls=tuple(
                 (e["path"], e["value"])
                 for e in entries
