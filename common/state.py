@@ -270,10 +270,9 @@ class StateDir:
             return
         tmp = name + TMP_SUFFIX
         try:
+            # a killed writer's leftover; O_EXCL below never reuses one
             with suppress(FileNotFoundError):
-                os.unlink(
-                    tmp, dir_fd=self._fd
-                )  # a killed writer's leftover; O_EXCL below never reuses one
+                os.unlink(tmp, dir_fd=self._fd)
             fd = os.open(
                 tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o600, dir_fd=self._fd
             )
@@ -352,7 +351,7 @@ class StateDir:
         """
         self.ensure()
         name = name or self.lock_name
-        with flock_with_deadline(self.path(name), timeout, dir_fd=self._fd, name=name):
+        with flock_with_deadline(self.path(name), timeout, dir_fd=self._fd):
             yield
 
 
@@ -492,7 +491,7 @@ def _flock(fd: int, path: str, timeout: float) -> bool:
 
 @contextmanager
 def flock_with_deadline(
-    path: str, timeout: float | None = None, *, dir_fd: int | None = None, name: str = ""
+    path: str, timeout: float | None = None, *, dir_fd: int | None = None
 ) -> Iterator[None]:
     """Hold an exclusive flock on `path` (created if missing) for the block.
 
@@ -500,16 +499,14 @@ def flock_with_deadline(
     CNI_META_LOCK_TIMEOUT): a runtime retries, where a flock without deadline would hang
     it. flock is released by the kernel when the holder dies, so a SIGKILLed plugin never
     leaves a lock behind. A lock belongs to the open file description: a child forked
-    inside the block holds it too until it exits. With `dir_fd`, the file opened is
-    `name` in that directory (`path` only names it in messages).
+    inside the block holds it too until it exits. With `dir_fd`, `path` is opened by its
+    last component in that directory (StateDir: the directory it checked).
     """
     if timeout is None:
         timeout = lock_timeout()
     try:
-        if dir_fd is None:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | _NOFOLLOW, 0o600)
-        else:
-            fd = os.open(name, os.O_RDWR | os.O_CREAT | _NOFOLLOW, 0o600, dir_fd=dir_fd)
+        name = path if dir_fd is None else os.path.basename(path)
+        fd = os.open(name, os.O_RDWR | os.O_CREAT | _NOFOLLOW, 0o600, dir_fd=dir_fd)
     except OSError as e:
         raise CniError(IO_FAILURE, f"cannot open lock file {path}", str(e)) from None
     try:
