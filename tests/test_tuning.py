@@ -529,6 +529,18 @@ def test_a_data_dir_others_could_swap_on_the_way_is_refused(lab: Lab) -> None:
     assert link(lab.ctr) == before
 
 
+def test_a_lone_surrogate_sysctl_value_is_error_7_before_the_link_changes(lab: Lab) -> None:
+    """JSON "\\ud800" decodes to a string no write(2) can carry: refused at parse (it was
+    error 999 with the MTU already changed)."""
+    make_veth(lab)
+    before = link(lab.ctr)
+    out = run(lab, "ADD", config(lab, mtu=1400, sysctl={SOMAXCONN: "\ud800"}))
+    assert out.returncode != 0 and out.json["code"] == 7, out.stdout
+    assert "lone UTF-16 surrogate" in out.json["msg"]
+    assert link(lab.ctr) == before
+    assert not (lab.state_root / "tuning" / "ctr1_eth0.json").exists()
+
+
 def test_sysctl_only_config_does_not_import_pyroute2(lab: Lab) -> None:
     make_veth(lab)
     # In-process (no resident helper): what the executable itself imports.
