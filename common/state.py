@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import stat
 from contextlib import contextmanager, suppress
 
 from common import jsontext as json
@@ -52,6 +53,81 @@ DEFAULT_LOCK_TIMEOUT = 30.0
 TMP_SUFFIX = ".tmp"  # <name>.tmp: the replacement being written (see write_json)
 # Every state and lock file is opened so: a symlink in its place is an error (ELOOP).
 _NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
+_DIR = os.O_RDONLY | os.O_DIRECTORY | _NOFOLLOW
+_MAX_SYMLINKS = 40  # as the kernel's path walk
+
+
+class UnsafePath(Exception):
+    """A directory on the way to a state directory that someone else could swap."""
+
+
+def open_directory(path: str, *, create: bool = False) -> int | None:
+    """An fd of the directory `path`, reached from / one component at a time with
+    O_NOFOLLOW, so that nobody but root (or us) can redirect where it leads; None when it
+    does not exist (components missing with `create` are made, mode 0700).
+
+    Whoever can write a directory can rename what is in it: every directory passed on the
+    way must belong to root or to us and be writable by nobody else, unless its sticky bit
+    keeps others from renaming what they do not own (/tmp), and what is in it is then
+    ours (checked as the next step). A symlink on the way is followed only when it is
+    root's or ours; the last component is the caller's to check (its fd is returned).
+    Raises UnsafePath naming the component, or OSError."""
+    trusted = (0, os.geteuid())
+    todo = [p for p in reversed(path.split("/")) if p not in ("", ".")]
+    names: list[str] = []  # where each fd of `fds` beyond the first is, for messages
+    fds = [os.open("/", _DIR)]
+    links = 0
+    try:
+        while todo:
+            name = todo.pop()
+            if name == "..":
+                if len(fds) > 1:
+                    os.close(fds.pop())
+                    names.pop()
+                continue
+            here = os.fstat(fds[-1])
+            where = "/" + "/".join(names)
+            if here.st_uid not in trusted:
+                raise UnsafePath(f"{where} belongs to uid {here.st_uid}, who could swap {name}")
+            if here.st_mode & 0o022 and not here.st_mode & stat.S_ISVTX:
+                raise UnsafePath(
+                    f"{where} is writable by others (mode {here.st_mode & 0o7777:o}) without "
+                    f"the sticky bit: they could swap {name}"
+                )
+            try:
+                fd = os.open(name, _DIR, dir_fd=fds[-1])
+            except FileNotFoundError:
+                if not create:
+                    return None
+                with suppress(FileExistsError):
+                    os.mkdir(name, 0o700, dir_fd=fds[-1])
+                fd = os.open(name, _DIR, dir_fd=fds[-1])
+            except OSError as e:
+                st = os.stat(name, dir_fd=fds[-1], follow_symlinks=False)
+                if e.errno not in (errno.ELOOP, errno.ENOTDIR) or not stat.S_ISLNK(st.st_mode):
+                    raise
+                if not todo:
+                    raise UnsafePath("it is a symlink") from None
+                if st.st_uid not in trusted:
+                    raise UnsafePath(
+                        f"{os.path.join(where, name)} is a symlink of uid {st.st_uid}"
+                    ) from None
+                links += 1
+                if links > _MAX_SYMLINKS:
+                    raise
+                target = os.readlink(name, dir_fd=fds[-1])
+                if target.startswith("/"):
+                    while len(fds) > 1:
+                        os.close(fds.pop())
+                    names.clear()
+                todo += [p for p in reversed(target.split("/")) if p not in ("", ".")]
+                continue
+            fds.append(fd)
+            names.append(name)
+        return fds.pop()
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
 def plugin_dir(plugin: str, environ: Mapping[str, str] | None = None, default: str = "") -> str:
@@ -74,11 +150,13 @@ def safe_file_name(*parts: str) -> str:
 class StateDir:
     """One directory of state files, checked before anything is written in it.
 
-    It must be a real directory (not a symlink) owned by us and writable by nobody else:
-    whoever else can write there can plant a symlink named like a file we are about to
-    write and make us overwrite any file of the node. The check looks at an fd opened
-    with O_NOFOLLOW, before any chmod; the files themselves are opened with O_NOFOLLOW
-    too (and the temporary one with O_EXCL).
+    It must be a real directory (not a symlink) owned by us and writable by nobody else,
+    and so must be the way to it (open_directory): whoever else can write there can plant
+    a symlink named like a file we are about to write, or swap the directory itself, and
+    make us overwrite any file of the node. The directory is opened once, component by
+    component, and checked on that fd before any chmod; every file operation is then
+    relative to the fd, so renaming a directory on the way afterwards redirects nothing.
+    The files themselves are opened with O_NOFOLLOW too (the temporary one with O_EXCL).
     """
 
     # Refusing the directory: error 5 for the plugins' own dirs, which they create
@@ -90,34 +168,45 @@ class StateDir:
 
     def __init__(self, directory: str) -> None:
         self.directory = directory
+        self._fd = -1
+
+    def __del__(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
 
     def ensure(self) -> None:
         """Create the directory if needed, then check it (see `check`). Every directory made
         is 0700, the state root included: under a runtime's umask of 0 the parents would
         be world-writable."""
+        self._open(create=True)
+
+    def check(self) -> None:
+        """Refuse the directory unless only we can write in it and the way to it (error
+        `refusal_code`)."""
+        if self._open() is None:
+            raise CniError(
+                IO_FAILURE, f"cannot open state directory {self.directory}", "it does not exist"
+            )
+
+    def _open(self, create: bool = False) -> int | None:
+        """The directory's fd (None: it does not exist), opened and checked once."""
+        if self._fd >= 0:
+            return self._fd
         old = os.umask(0o077)
         try:
-            os.makedirs(self.directory, mode=0o700, exist_ok=True)
+            fd = open_directory(self.directory, create=create)
+        except UnsafePath as e:
+            remedy = "give the directory's real path" if str(e) == "it is a symlink" else ""
+            raise self._refusal(str(e), remedy) from None
         except OSError as e:
+            doing = "create" if create else "open"
             raise CniError(
-                IO_FAILURE, f"cannot create state directory {self.directory}", str(e)
+                IO_FAILURE, f"cannot {doing} state directory {self.directory}", str(e)
             ) from None
         finally:
             os.umask(old)
-        self.check()
-
-    def check(self) -> None:
-        """Refuse the directory unless only we can write in it (error `refusal_code`)."""
-        try:
-            fd = os.open(
-                self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-            )
-        except OSError as e:
-            if os.path.islink(self.directory):
-                raise self._refusal("it is a symlink", "give the directory's real path") from None
-            raise CniError(
-                IO_FAILURE, f"cannot open state directory {self.directory}", str(e)
-            ) from None
+        if fd is None:
+            return None
         try:
             st = os.fstat(fd)
             if st.st_uid != os.geteuid():
@@ -129,12 +218,22 @@ class StateDir:
                 raise self._refusal(f"it is writable by {who} (mode {mode:o})")
             if self.private and mode != 0o700:
                 os.fchmod(fd, 0o700)
-        except OSError as e:
-            raise CniError(
-                IO_FAILURE, f"cannot check state directory {self.directory}", str(e)
-            ) from None
-        finally:
+        except BaseException as e:
             os.close(fd)
+            if isinstance(e, OSError):
+                raise CniError(
+                    IO_FAILURE, f"cannot check state directory {self.directory}", str(e)
+                ) from None
+            raise
+        self._fd = fd
+        return fd
+
+    def _stat(self, name: str) -> os.stat_result | None:
+        fd = self._open()
+        try:
+            return None if fd is None else os.stat(name, dir_fd=fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
 
     def _refusal(self, problem: str, remedy: str = "") -> CniError:
         if not remedy:
@@ -168,49 +267,51 @@ class StateDir:
         self.ensure()
         final = self.path(name)
         payload = json.dumps(data, sort_keys=True).encode()
-        if not os.path.exists(final) and self._create_whole(final, payload):
+        if self._stat(name) is None and self._create_whole(name, payload):
             return
-        tmp = final + TMP_SUFFIX
+        tmp = name + TMP_SUFFIX
         try:
+            # a killed writer's leftover; O_EXCL below never reuses one
             with suppress(FileNotFoundError):
-                os.unlink(tmp)  # a killed writer's leftover; O_EXCL below never reuses one
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o600)
+                os.unlink(tmp, dir_fd=self._fd)
+            fd = os.open(
+                tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o600, dir_fd=self._fd
+            )
             try:
                 os.write(fd, payload)
             finally:
                 os.close(fd)
-            os.rename(tmp, final)
+            os.rename(tmp, name, src_dir_fd=self._fd, dst_dir_fd=self._fd)
         except OSError as e:
             with suppress(OSError):
-                os.unlink(tmp)
+                os.unlink(tmp, dir_fd=self._fd)
             raise CniError(IO_FAILURE, f"cannot write state file {final}", str(e)) from None
 
-    def _create_whole(self, final: str, payload: bytes) -> bool:
-        """Create `final` with its whole content at once; False when that cannot be done
-        this way (no O_TMPFILE on this filesystem, no /proc, or `final` appeared)."""
+    def _create_whole(self, name: str, payload: bytes) -> bool:
+        """Create `name` with its whole content at once; False when that cannot be done
+        this way (no O_TMPFILE on this filesystem, no /proc, or `name` appeared)."""
         try:
-            fd = os.open(self.directory, os.O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC, 0o600)
+            fd = os.open(".", os.O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC, 0o600, dir_fd=self._fd)
         except OSError:
             return False
-        dir_fd = -1
         try:
             os.write(fd, payload)
             # A dir fd makes os.link use linkat(AT_SYMLINK_FOLLOW), which links the file
             # behind /proc/self/fd/N; plain link(2) would refuse the magic link (EXDEV).
-            dir_fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-            os.link(f"/proc/self/fd/{fd}", os.path.basename(final), dst_dir_fd=dir_fd)
+            os.link(f"/proc/self/fd/{fd}", name, dst_dir_fd=self._fd)
         except OSError:
             return False
         finally:
             os.close(fd)
-            if dir_fd >= 0:
-                os.close(dir_fd)
         return True
 
     def read_bytes(self, name: str) -> bytes | None:
         """The file's bytes, or None when there is none."""
         try:
-            with open(os.open(self.path(name), os.O_RDONLY | _NOFOLLOW), "rb") as f:
+            dir_fd = self._open()
+            if dir_fd is None:
+                return None
+            with open(os.open(name, os.O_RDONLY | _NOFOLLOW, dir_fd=dir_fd), "rb") as f:
                 return f.read()
         except FileNotFoundError:
             return None
@@ -222,19 +323,23 @@ class StateDir:
     def remove(self, name: str) -> None:
         """Remove the file and what a writer killed mid-write may have left beside it
         (that first: a DEL killed in between still finds the attachment's file)."""
-        for path in (self.path(name) + TMP_SUFFIX, self.path(name)):
+        dir_fd = self._open()
+        for each in (name + TMP_SUFFIX, name):
             try:
-                os.unlink(path)
+                if dir_fd is not None:
+                    os.unlink(each, dir_fd=dir_fd)
             except FileNotFoundError:
                 pass
             except OSError as e:
-                raise CniError(IO_FAILURE, f"cannot remove state file {path}", str(e)) from None
+                raise CniError(
+                    IO_FAILURE, f"cannot remove state file {self.path(each)}", str(e)
+                ) from None
 
     def names(self) -> list[str]:
-        try:
-            return sorted(n for n in os.listdir(self.directory) if n.endswith(".json"))
-        except FileNotFoundError:
-            return []
+        dir_fd = self._open()
+        return (
+            [] if dir_fd is None else sorted(n for n in os.listdir(dir_fd) if n.endswith(".json"))
+        )
 
     @contextmanager
     def lock(self, name: str = "", timeout: float | None = None) -> Iterator[None]:
@@ -244,7 +349,8 @@ class StateDir:
         newcomer locking a fresh one would be two holders at once.
         """
         self.ensure()
-        with flock_with_deadline(self.path(name or self.lock_name), timeout):
+        name = name or self.lock_name
+        with flock_with_deadline(self.path(name), timeout, dir_fd=self._fd):
             yield
 
 
@@ -266,7 +372,7 @@ class AttachmentStore(StateDir):
         return self.codec.file_name(owner.network, owner.container_id, owner.ifname)
 
     def has(self, owner: Owner) -> bool:
-        return os.path.exists(self.path(self.file_of(owner)))
+        return self._stat(self.file_of(owner)) is not None
 
     def load(self, owner: Owner) -> Any:
         """The attachment's entry, or None: no file, or one it cannot use (see examine;
@@ -348,11 +454,9 @@ class AttachmentStore(StateDir):
         the lock that an ADD in flight may hold."""
         out: Stamps = {}
         for name in self.names():
-            try:
-                st = os.stat(self.path(name), follow_symlinks=False)
-            except FileNotFoundError:
-                continue
-            out[name] = (st.st_ino, st.st_mtime_ns)
+            st = self._stat(name)
+            if st is not None:
+                out[name] = (st.st_ino, st.st_mtime_ns)
         return out
 
     def sweep(
@@ -434,19 +538,23 @@ def _flock(fd: int, path: str, timeout: float) -> bool:
 
 
 @contextmanager
-def flock_with_deadline(path: str, timeout: float | None = None) -> Iterator[None]:
+def flock_with_deadline(
+    path: str, timeout: float | None = None, *, dir_fd: int | None = None
+) -> Iterator[None]:
     """Hold an exclusive flock on `path` (created if missing) for the block.
 
     Error 11 (try again later) when it is still taken after `timeout` seconds (default:
     CNI_META_LOCK_TIMEOUT): a runtime retries, where a flock without deadline would hang
     it. flock is released by the kernel when the holder dies, so a SIGKILLed plugin never
     leaves a lock behind. A lock belongs to the open file description: a child forked
-    inside the block holds it too until it exits.
+    inside the block holds it too until it exits. With `dir_fd`, `path` is opened by its
+    last component in that directory (StateDir: the directory it checked).
     """
     if timeout is None:
         timeout = lock_timeout()
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | _NOFOLLOW, 0o600)
+        name = path if dir_fd is None else os.path.basename(path)
+        fd = os.open(name, os.O_RDWR | os.O_CREAT | _NOFOLLOW, 0o600, dir_fd=dir_fd)
     except OSError as e:
         raise CniError(IO_FAILURE, f"cannot open lock file {path}", str(e)) from None
     try:

@@ -29,6 +29,15 @@ LOCK = "nftables.lock"
 # libnftables 1.0.6 crashes (SIGSEGV) on a `get element` of a few hundred keys: ask in
 # small batches.
 GET_CHUNK = 50
+# Each attachment's ownership proof: one element whose key is derived from the attachment
+# alone. nft deletes an element by its key whatever its comment says, and a transaction
+# fails as a whole when one of its deletions finds nothing; so a DEL that deletes this
+# element together with the keys it recorded removes them only while they are still the
+# ones it put there. A firewall reload (`nft flush ruleset`) takes the proof away with
+# them: another attachment may then hold those keys, and the DEL reads before it deletes.
+# 128 bits need nft's widest plain type; it is spelled as an IPv6 address.
+OWNERS = "owners"
+OWNERS_SET = f"add set {T} {OWNERS} {{ type ipv6_addr; }}"
 
 
 # ---------------------------------------------------------------------------- pure rendering
@@ -106,6 +115,7 @@ def skeleton_text() -> list[str]:
     lines = [
         f'add table {T} {{ comment "CNI portmap (cni-meta-plugins); managed, do not edit"; }}',
         f"add set {T} lanes {{ type mark; }}",
+        OWNERS_SET,
     ]
     for f in (4, 6):
         addr = f"ipv{f}_addr"
@@ -175,6 +185,21 @@ class Element(OrderedValue):
         return f'{self.key} comment "{comment}"' + (f" : {self.data}" if self.data else "")
 
 
+def owner_element(att: Attachment) -> Element:
+    """The attachment's key in the owners set. Every group has its top bit set, so that
+    nft prints the address back exactly as written (no `::` shortening)."""
+    digest = sha256_hex(f"owner\0{att.tag}".encode())
+    return Element(
+        OWNERS, ":".join(f"{int(digest[i : i + 4], 16) | 0x8000:04x}" for i in range(0, 32, 4))
+    )
+
+
+def proves_ownership(recorded: list[Element], att: Attachment) -> bool:
+    """Whether deleting `recorded` blindly is safe: it holds the attachment's proof (or
+    nothing), see OWNERS."""
+    return not recorded or owner_element(att) in recorded
+
+
 def family_elements(fp: FamilyPlan) -> list[Element]:
     f = fp.family
     lane = Lane(f, fp.conditions)
@@ -197,6 +222,12 @@ def family_elements(fp: FamilyPlan) -> list[Element]:
 
 
 def plan_elements(plan: Plan) -> list[Element]:
+    """The attachment's elements, its ownership proof (OWNERS) among them when it has any."""
+    out = forwarding_elements(plan)
+    return [owner_element(plan.attachment), *out] if out else out
+
+
+def forwarding_elements(plan: Plan) -> list[Element]:
     return [e for fp in plan.families for e in family_elements(fp)]
 
 
@@ -227,7 +258,7 @@ def _grouped(elements: Iterable[Element]) -> dict[str, list[Element]]:
 def add_text(elements: Iterable[Element], comment: str) -> list[str]:
     lines = []
     for name, group in _grouped(elements).items():
-        verb = "create" if name.startswith("claims") else "add"
+        verb = "create" if name.startswith("claims") or name == OWNERS else "add"
         body = ", ".join(e.text(comment) for e in group)
         lines.append(f"{verb} element {T} {name} {{ {body} }}")
     return lines
@@ -397,10 +428,11 @@ class NftBackend:
             previous = _state_elements(recorded) or []
             # Fast path: no read at all. libnftables fills its cache with every element of
             # the table on the first read of a process (time linear in the mappings), but
-            # not for a write. The state file says what we own; if anything is off (no
-            # table yet, a new lane, an element gone, a conflict), the write fails as a
-            # whole and the careful path below reads and repairs.
-            if recorded is None or recorded.committed:
+            # not for a write. The state file says what we own, and deleting our proof of
+            # ownership with it (OWNERS) makes sure it still is; if anything is off (no
+            # table yet, a new lane, an element gone or another's, a conflict), the write
+            # fails as a whole and the careful path below reads and repairs.
+            if (recorded is None or recorded.committed) and proves_ownership(previous, att):
                 self._record(att, [*previous, *wanted], committed=False)
                 lines = [*delete_text(previous), *masq, *add_text(wanted, att.comment)]
                 if nft.run("\n".join(lines))[0] == 0:
@@ -442,13 +474,16 @@ class NftBackend:
     def _missing_setup(self, nft: Nft, plan: Plan) -> list[str]:
         lanes = plan_lanes(plan)
         probe = ", ".join(str(lane.id) for lane in (*DEFAULT_LANES, *lanes))
+        # A table made before the owners set existed gets it here (`add set` of an
+        # existing set changes nothing).
         if nft.run(f"get element {T} lanes {{ {probe} }}")[0] == 0:
-            return []
+            return [OWNERS_SET]
         lines: list[str] = []
         if not nft.table_exists():
             lines += skeleton_text()
             present = {lane.id for lane in DEFAULT_LANES}
         else:
+            lines.append(OWNERS_SET)
             present = {lane.id for lane in (*DEFAULT_LANES, *lanes) if nft.has_lane(lane)}
             if not {lane.id for lane in DEFAULT_LANES} <= present:
                 raise CniError(
@@ -494,8 +529,13 @@ class NftBackend:
             candidates = _state_elements(recorded)
             nft = Nft()
             committed = candidates if recorded and recorded.committed else None
-            # Fast path (no read, see add): the state says exactly what we own.
-            if committed and self._delete_owned(nft, att, committed)[0] == 0:
+            # Fast path (no read, see add): the state says exactly what we own, and the
+            # transaction fails unless our proof of ownership is still there.
+            if (
+                committed
+                and proves_ownership(committed, att)
+                and self._delete_owned(nft, att, committed)[0] == 0
+            ):
                 self.sd.forget(att)
                 return udp_targets(committed)
             if candidates is None and plan is not None and not plan.empty:
@@ -543,7 +583,9 @@ class NftBackend:
     # -- CHECK -------------------------------------------------------------------------
 
     def check(self, plan: Plan) -> list[str]:
-        wanted = plan_elements(plan)
+        # The ownership proof only keeps DEL cheap; forwarding works without it (a table
+        # made before it existed has none).
+        wanted = forwarding_elements(plan)
         nft = Nft()
         problems = [
             f"the IPv{lane.family} lookup rules of {T} are missing"

@@ -511,3 +511,20 @@ def test_our_own_state_dir_is_still_made_private(tmp_path: Path) -> None:
     sd.write_json("x.json", {"x": 1})
     assert d.stat().st_mode & 0o777 == 0o700 and sd.read_bytes("x.json") == b'{"x": 1}'
     assert (d / "x.json").stat().st_mode & 0o777 == 0o600
+
+
+def test_a_state_dir_swapped_after_it_was_checked_receives_nothing(tmp_path: Path) -> None:
+    """The directory is opened and checked once; every file operation after that is
+    relative to that descriptor, so renaming another directory into its place (a race
+    of anyone who can write a parent) redirects none of them."""
+    d = tmp_path / "state" / "tuning"
+    sd = StateDir(str(d))
+    sd.write_json("a.json", {"a": 1})
+    d.rename(tmp_path / "state" / "moved")
+    d.mkdir(mode=0o700)
+    sd.write_json("b.json", {"b": 1})
+    with sd.lock():
+        pass
+    sd.remove("a.json")
+    assert sorted(p.name for p in (tmp_path / "state" / "moved").iterdir()) == ["b.json", "lock"]
+    assert list(d.iterdir()) == [] and sd.names() == ["b.json"]

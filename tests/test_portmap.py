@@ -536,3 +536,42 @@ def test_nft_elements_name_their_owner(lab: Lab, backend: str) -> None:
     assert len(sets["claims4"]) == 1 and len(sets["any4"]) == 1
     owner = comments(lab.host)[0]
     assert owner.split(" ")[1].startswith("cmp-portmap4/cnichain-") and owner.endswith("/eth0")
+
+
+def test_stale_del_after_a_firewall_reload_leaves_the_new_owner_forwarding(lab: Lab) -> None:
+    """ADD A on 8080; `nft flush ruleset` (a firewall reload); ADD B on 8080. A's state
+    still names 8080, but it is B's now: DEL of A must leave B's forwarding in place."""
+    w = make_world(lab, backend="nftables", snat=False)
+    a, b = lab.ctr, lab.new_netns("b")
+    w.attach(a, "8080:80/tcp")
+    lab.host.run("nft", "flush", "ruleset")
+    w.attach(b, "8080:80/tcp")
+    w.detach(a)
+    with echo_server(b, 80, "tcp", "b"):
+        assert reaches(w.ext, HOST4, 8080) == b"b:ping"
+    lab.chain.check(w.conflist, b, *["--port", "8080:80/tcp"])
+    w.detach(b)
+    assert TABLE not in lab.host.run("nft", "list", "tables")
+
+
+def test_repeated_add_after_a_firewall_reload_is_a_conflict_with_the_new_owner(lab: Lab) -> None:
+    """The same reload, then A's ADD again (its state still names 8080): B holds the port
+    now, so A's ADD is error 101 naming B and changes nothing."""
+    rc = {"portMappings": [{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}]}
+    conf_a = _direct_conf(lab, "nftables", snat=False, runtimeConfig=rc)
+    conf_b = json.loads(json.dumps(conf_a))
+    conf_b["prevResult"]["ips"][0]["address"] = "10.66.0.3/24"
+    _run(lab, "ADD", conf_a, container_id="a").ok()
+    lab.host.run("nft", "flush", "ruleset")
+    _run(lab, "ADD", conf_b, container_id="b").ok()
+    before = rules_text(lab, "nftables")
+    again = _run(lab, "ADD", conf_a, container_id="a")
+    assert again.returncode != 0 and again.json["code"] == 101, again.stdout
+    assert "8080/tcp is already mapped by attachment direct/b/eth0" in again.json["msg"]
+    assert rules_text(lab, "nftables") == before
+    _run(lab, "CHECK", conf_b, container_id="b").ok()
+    _run(lab, "DEL", conf_a, container_id="a").ok()
+    _run(lab, "CHECK", conf_b, container_id="b").ok()
+    assert "10.66.0.3 . 80" in rules_text(lab, "nftables")
+    _run(lab, "DEL", conf_b, container_id="b").ok()
+    assert TABLE not in lab.host.run("nft", "list", "tables")

@@ -74,9 +74,15 @@ def chain(cid: str) -> str:
 # ---------------------------------------------------------------------------- expected text
 
 
+def owner(cid: str) -> str:
+    """The attachment's key in the owners set (its proof of ownership)."""
+    return nft.owner_element(Attachment(NET, cid, "eth0")).key
+
+
 def nft_elements(cid: str, ip: str, verb: str = "create") -> list[str]:
     c = tag(cid)
     return [
+        f'create element {T} owners {{ {owner(cid)} comment "{c}" }}',
         f'{verb} element {T} claims4 {{ 0.0.0.0 . tcp . 8080 comment "{c}", '
         f'0.0.0.0 . udp . 5353 comment "{c}" }}',
         f'add element {T} any4 {{ tcp . 8080 comment "{c}" : {ip} . 80, '
@@ -100,6 +106,8 @@ def nft_dump(cid: str = "ctr1", ip: str = "10.88.0.5") -> str:
   set lanes
     1260550007
     3891707921
+  set owners
+    {owner(cid)} comment "{c}"
   set claims4
     0.0.0.0 . tcp . 8080 comment "{c}"
     0.0.0.0 . udp . 5353 comment "{c}"
@@ -235,7 +243,8 @@ def test_second_add_replaces_the_mappings_in_one_transaction(world: World) -> No
         deletes = [f"delete element {T} any4 {{ tcp . 8080, udp . 5353 }}",
                    f"delete element {T} claims4 {{ 0.0.0.0 . tcp . 8080, 0.0.0.0 . udp . 5353 }}",
                    f"delete element {T} hairpin4 {{ 10.88.0.0 . 10.88.0.5 }}",
-                   f"delete element {T} masq4 {{ 10.88.0.5 }}"]  # fmt: skip
+                   f"delete element {T} masq4 {{ 10.88.0.5 }}",
+                   f"delete element {T} owners {{ {owner('ctr1')} }}"]  # fmt: skip
         # no read at all: the state file said what is ours
         replace = [*deletes, *NFT_MASQ_CHAIN, *nft_elements("ctr1", "10.88.0.5")]
         assert world.fake.sent(reads=True) == sent("nft", replace) + LOCALNET_ON + FLUSH
@@ -284,9 +293,10 @@ def test_a_host_port_held_by_another_attachment_is_a_conflict_and_changes_nothin
     assert world.records() == records  # ctr2 left no record behind
     if world.backend == "nftables":
         # what was tried failed as a whole (create element of a held claim), twice
-        attempt = sent("nft", [*NFT_MASQ_CHAIN, *nft_elements("ctr2", "10.88.0.6")])
-        attempt += f"nft: -> File exists (create element {T} claims4)\n"
-        assert world.fake.sent() == attempt * 2
+        attempt = [*NFT_MASQ_CHAIN, *nft_elements("ctr2", "10.88.0.6")]
+        failed = f"nft: -> File exists (create element {T} claims4)\n"
+        careful = [nft.OWNERS_SET, *attempt]  # the careful path makes sure of the set
+        assert world.fake.sent() == sent("nft", attempt) + failed + sent("nft", careful) + failed
     else:
         assert world.fake.sent() == ""  # found in the table read: nothing written
 
@@ -368,7 +378,32 @@ def test_del_of_one_attachment_keeps_the_others(world: World) -> None:
             f"delete element {T} claims4 {{ 0.0.0.0 . tcp . 8080, 0.0.0.0 . udp . 5353 }}",
             f"delete element {T} hairpin4 {{ 10.88.0.0 . 10.88.0.5 }}",
             f"delete element {T} masq4 {{ 10.88.0.5 }}",
+            f"delete element {T} owners {{ {owner('ctr1')} }}",
         ]) + FLUSH  # fmt: skip
+
+
+def test_a_stale_del_or_add_after_a_firewall_reload_leaves_the_new_owner_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ctr1's state still names its keys after a reload emptied the table and ctr2 took
+    them: ctr1's repeated ADD is a conflict, its DEL removes nothing of ctr2's. (snat off:
+    the two attachments then share every key, none of them names a container address.)"""
+    monkeypatch.setenv("CNI_META_STATE_ROOT", str(tmp_path / "state"))
+    world = World(tmp_path, monkeypatch, "nftables")
+    for stale in ("DEL", "ADD"):
+        assert world.run("ADD", snat=False)[0] == 0
+        world.fake.nft.table = None  # nft flush ruleset
+        assert world.run("ADD", cid="ctr2", ip="10.88.0.6", snat=False)[0] == 0
+        taken = world.fake.dump()
+        code, error = world.run(stale, snat=False)
+        if stale == "ADD":
+            assert (code, error["code"]) == (1, 101)
+            assert error["msg"].endswith(f"already mapped by attachment {NET}/ctr2/eth0")
+        else:
+            assert (code, error) == (0, None)
+        assert world.fake.dump() == taken
+        assert world.run("CHECK", cid="ctr2", ip="10.88.0.6", snat=False) == (0, None)
+        assert world.run("DEL", cid="ctr2", ip="10.88.0.6", snat=False) == (0, None)
 
 
 # ---------------------------------------------------------------------------- GC

@@ -29,6 +29,7 @@ from tests.test_portmap_verbs import (
     World,
     chain,
     go_comment,
+    owner,
     sent,
     tag,
 )
@@ -85,6 +86,8 @@ def nft_dual_dump(c: str, lanes: bool) -> str:
     1260550007
     3891707921
 {"    1178392923" + chr(10) + "    3885582884" + chr(10) if lanes else ""}\
+  set owners
+    {owner("ctr1")} comment "{c}"
   set claims4
     192.168.77.1 . tcp . 8080 comment "{c}"
     0.0.0.0 . udp . 5353 comment "{c}"
@@ -150,6 +153,7 @@ def nft_dual_dump(c: str, lanes: bool) -> str:
 def nft_dual_elements(c: str, lanes: bool) -> list[str]:
     v4, v6 = (f"_{LANE4}", f"_{LANE6}") if lanes else ("", "")
     return [
+        f'create element {T} owners {{ {owner("ctr1")} comment "{c}" }}',
         f'create element {T} claims4 {{ 192.168.77.1 . tcp . 8080 comment "{c}", '
         f'0.0.0.0 . udp . 5353 comment "{c}" }}',
         f'add element {T} hostip4{v4} {{ 192.168.77.1 . tcp . 8080 comment "{c}" : '
@@ -437,6 +441,7 @@ def test_gc_of_a_mix_sweeps_stale_and_stateless_attachments_only(dual: Dual) -> 
             f"delete element {T} hairpin4 {{ 10.88.0.0 . 10.88.0.6, 10.88.0.0 . 10.88.0.7, "
             "10.88.0.0 . 10.88.0.8 }",
             f"delete element {T} masq4 {{ 10.88.0.6, 10.88.0.7, 10.88.0.8 }}",
+            f"delete element {T} owners {{ {', '.join(sorted(owner(cid) for cid in gone))} }}",
         ]) + "conntrack: flush IPv4 UDP to *:8081, *:8082, *:8083\n"  # fmt: skip
         kept = [x for x in full.splitlines() if not any(tag(cid) in x for cid in gone)]
     else:

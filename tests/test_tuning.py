@@ -494,6 +494,53 @@ def test_gos_del_restores_what_ours_saved(lab: Lab) -> None:
     assert not Path(data_dir, "ctr1_eth0.json").exists()
 
 
+def test_a_data_dir_others_could_swap_on_the_way_is_refused(lab: Lab) -> None:
+    """Each component of the dataDir is checked, not only the last. Under a directory
+    uid 65534 owns, that user can make a symlink: root's backup would land wherever it
+    points (here another program's private directory). A directory on the way that others
+    can write without the sticky bit is refused too; a sticky one (/tmp-like) is fine
+    for a directory of ours inside it."""
+    make_veth(lab)
+    before = link(lab.ctr)
+    users = lab.workdir / "users"
+    users.mkdir()
+    os.chown(users, 65534, 65534)
+    private = lab.workdir / "other-program"
+    (private / "tuning").mkdir(parents=True, mode=0o700)
+    (users / "via").symlink_to(private)
+    os.lchown(users / "via", 65534, 65534)
+    out = run(lab, "ADD", config(lab, mtu=1400, dataDir=str(users / "via" / "tuning")))
+    assert out.returncode != 0 and out.json["code"] == 7, out.stdout
+    assert f"{users} belongs to uid 65534" in out.json["msg"]
+    assert list((private / "tuning").iterdir()) == [] and link(lab.ctr) == before
+
+    shared = lab.workdir / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    out = run(lab, "ADD", config(lab, mtu=1400, dataDir=str(shared / "tuning")))
+    assert out.json["code"] == 7 and "without the sticky bit" in out.json["msg"], out.stdout
+    assert not (shared / "tuning").exists() and link(lab.ctr) == before
+
+    shared.chmod(0o1777)
+    conf = config(lab, mtu=1400, dataDir=str(shared / "tuning"))
+    run(lab, "ADD", conf).ok()
+    assert (shared / "tuning" / "ctr1_eth0.json").exists()
+    run(lab, "DEL", conf).ok()
+    assert link(lab.ctr) == before
+
+
+def test_a_lone_surrogate_sysctl_value_is_error_7_before_the_link_changes(lab: Lab) -> None:
+    """JSON "\\ud800" decodes to a string no write(2) can carry: refused at parse (it was
+    error 999 with the MTU already changed)."""
+    make_veth(lab)
+    before = link(lab.ctr)
+    out = run(lab, "ADD", config(lab, mtu=1400, sysctl={SOMAXCONN: "\ud800"}))
+    assert out.returncode != 0 and out.json["code"] == 7, out.stdout
+    assert "lone UTF-16 surrogate" in out.json["msg"]
+    assert link(lab.ctr) == before
+    assert not (lab.state_root / "tuning" / "ctr1_eth0.json").exists()
+
+
 def test_sysctl_only_config_does_not_import_pyroute2(lab: Lab) -> None:
     make_veth(lab)
     env = {"PYTHONPROFILEIMPORTTIME": "1"}

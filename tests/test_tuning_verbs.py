@@ -8,6 +8,7 @@ changes that were sent. tests/test_tuning.py proves the same on the real kernel.
 from __future__ import annotations
 
 import errno
+import json
 from pathlib import Path
 from typing import Any
 
@@ -153,6 +154,24 @@ def test_check_passes_after_add_and_names_what_changed_since(
     assert "ip_unprivileged_port_start is '1024'" in error["details"]
 
 
+@pytest.mark.parametrize(
+    "sysctl",
+    [{"net.ipv4.ip_unprivileged_port_start": "\ud800"},
+     {"net.ipv4.conf.\udc80x.accept_redirects": "0"}],
+    ids=["value", "key"],
+)  # fmt: skip
+def test_a_lone_surrogate_in_a_sysctl_is_error_7_before_anything_changes(
+    kernel: FakeKernel, netns: str, tmp_path: Path, sysctl: dict[str, str]
+) -> None:
+    """JSON's "\\ud800" is no text a sysctl can take: refused at parse, so the link
+    changes that come first are not made either (and no backup is written)."""
+    code, error = run(kernel, "ADD", netns, mtu=1400, sysctl=sysctl)
+    assert (code, error["code"]) == (1, 7), error
+    assert "lone UTF-16 surrogate" in error["msg"]
+    assert (kernel.dump(), kernel.sent()) == (START, "")
+    assert backups(tmp_path) == []
+
+
 # ---------------------------------------------------------------------------- DEL
 
 
@@ -227,3 +246,36 @@ def test_status_is_unavailable_with_a_data_dir_add_would_refuse(
     code, error = kernel.run("tuning", "STATUS", status, netns="")
     assert (code, error["code"]) == (1, 50), error
     assert error["msg"].startswith("tuning cannot serve ADDs: ") and str(data_dir) in error["msg"]
+
+
+def test_del_puts_back_what_it_can_and_forgets_a_backup_it_cannot_use(
+    kernel: FakeKernel, netns: str, tmp_path: Path
+) -> None:
+    """A backup edited by hand: a path outside /proc/sys/net, one with '..', a value the
+    kernel refuses and a MAC that is none. DEL restores the rest, logs what it cannot put
+    back and forgets the file, instead of failing on every retry."""
+    assert run(kernel, "ADD", netns)[0] == 0
+    [name] = backups(tmp_path)
+    [path] = (tmp_path / "state").rglob(name)
+    backup = json.loads(path.read_text())
+    backup["sysctls"] = [
+        {"path": "kernel/core_pattern", "value": "|/tmp/x"},
+        {"path": "net/../kernel/modprobe", "value": "/tmp/x"},
+        {"path": "net/ipv4/conf/eth0/accept_redirects", "value": "7"},
+        *backup["sysctls"],
+    ]
+    backup["mac"] = "not a mac"
+    path.write_text(json.dumps(backup))
+    kernel.sent()
+    kernel.on(f"sysctl {PER_IF} = 7", errno.EINVAL)
+    assert run(kernel, "DEL", netns) == (0, None)
+    assert backups(tmp_path) == []
+    link = "RTM_NEWLINK dev eth0 nopromisc mtu 1500 txqlen 1000"
+    assert kernel.sent() == (
+        RESTORE.splitlines(keepends=True)[0] + RESTORE.splitlines(keepends=True)[1]
+        + f"ctr: sysctl {PER_IF} = 7 -> EINVAL\nctr: {link}\n"
+    )  # fmt: skip
+    log = (tmp_path / "plugins.log").read_text()
+    for refused in ("kernel/core_pattern", "net/../kernel/modprobe", "= '7': Invalid argument"):
+        assert refused in log and "forgetting it" in log
+    assert run(kernel, "DEL", netns) == (0, None)

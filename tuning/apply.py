@@ -6,7 +6,7 @@ import errno
 import os
 from contextlib import ExitStack
 
-from common.errors import KERNEL_FAILURE, CniError, invalid_config
+from common.errors import INVALID_CONFIG, KERNEL_FAILURE, CniError, invalid_config
 from common.netns import entered, read_sysctl, write_sysctl
 from common.values import Value
 from tuning.backup import Backup, originals
@@ -292,29 +292,42 @@ def apply(plan: Plan, before: Observed, ns: ContainerNetns) -> None:
             done.append(w)
     except CniError as e:
         changed = {w.path: before.sysctls.get(w.path) for w in done}
-        failures = restore(originals(plan, before.link, changed), plan.ifname, ns)
+        failures, refused = restore(originals(plan, before.link, changed), plan.ifname, ns)
+        failures += refused
         if failures:
             undo = f"; could not put back {len(failures)} value(s): {'; '.join(failures)}"
             raise UndoFailed(e.code, e.msg, e.details + undo) from None
         raise
 
 
-def restore(backup: Backup, ifname: str, ns: ContainerNetns) -> list[str]:
+def restore(backup: Backup, ifname: str, ns: ContainerNetns) -> tuple[list[str], list[str]]:
     """Put the originals back, in reverse order of change; what no longer exists (the
-    interface, a per-interface sysctl) is skipped, also when it vanishes midway. Returns
-    the failures."""
-    failures = []
+    interface, a per-interface sysctl) is skipped, also when it vanishes midway.
+
+    Returns (failures, refused): failures may pass on a retry (the backup is kept for
+    it); refused are originals that can never be put back (a path outside /proc/sys/net,
+    a value the kernel or a write refuses, as a backup edited by hand may hold): a DEL
+    that kept the backup for them would fail forever."""
+    failures: list[str] = []
+    refused: list[str] = []
     for path, value in reversed(backup.sysctls):
+        what = f"sysctl {path[:120]!r} = {value[:80]!r}"
         try:
             ns.write_sysctl(resolve_sysctl(path), value)
-        except (OSError, CniError) as e:
-            if not (isinstance(e, OSError) and e.errno in _GONE_ERRNOS):
-                failures.append(f"sysctl {path.replace('/', '.')}: {e}")
+        except OSError as e:
+            if e.errno in _CONFIG_ERRNOS:
+                refused.append(f"{what}: {e.strerror}")
+            elif e.errno not in _GONE_ERRNOS:
+                failures.append(f"{what}: {e}")
+        except CniError as e:  # resolve_sysctl: not below /proc/sys/net
+            refused.append(f"{what}: {e.msg}")
+        except ValueError as e:  # a path or value no system call can carry (NUL, surrogate)
+            refused.append(f"{what}: {e}")
     if not backup.empty:  # link attributes to put back
         try:
             link = ns.link(ifname)
             if link is not None:
                 ns.change_link(ifname, link.index, backup, gone_ok=True)
         except CniError as e:
-            failures.append(str(e))
-    return failures
+            (refused if e.code == INVALID_CONFIG else failures).append(str(e))
+    return failures, refused

@@ -5,9 +5,9 @@ too (docs/tuning.md shows it).
 
 from __future__ import annotations
 
-from common.errors import INVALID_CONFIG
+from common.errors import INVALID_CONFIG, CniError
 from common.state import AttachmentStore, safe_file_name
-from tuning.config import LINK_FIELDS, LinkSettings
+from tuning.config import LINK_FIELDS, MTU_MAX, MTU_MIN, TXQLEN_MAX, LinkSettings, parse_mac
 from tuning.plan import LinkState, Plan
 
 TYPE_CHECKING = False  # avoids importing typing at runtime
@@ -83,14 +83,23 @@ class Backup(LinkSettings):
                 return None
             return value if isinstance(value, kind) else None
 
-        tx_qlen = typed("txQLen", int)
+        def in_range(key: str, low: int, high: int) -> int | None:
+            value = typed(key, int)
+            return value if value is not None and low <= value <= high else None
+
+        def mac() -> str | None:
+            try:
+                return parse_mac(typed("mac", str) or "", "") or None
+            except CniError:
+                return None
+
         entries = typed("sysctls", list) or []
         return cls(
-            mac=typed("mac", str) or None,
-            mtu=typed("mtu", int) or None,  # Go writes 0 for "not changed"
+            mac=mac(),
+            mtu=in_range("mtu", MTU_MIN, MTU_MAX),  # Go writes 0 for "not changed"
             promisc=typed("promisc", bool),
             allmulti=typed("allmulti", bool),
-            tx_qlen=tx_qlen if tx_qlen is not None and tx_qlen >= 0 else None,
+            tx_qlen=in_range("txQLen", 0, TXQLEN_MAX),
             sysctls=tuple(
                 (e["path"], e["value"])
                 for e in entries

@@ -92,6 +92,19 @@ def parse_mac(text: str, source: str) -> str:
     return ":".join(f"{o:02x}" for o in octets)
 
 
+def _refuse_surrogates(text: str, what: str) -> None:
+    """JSON can spell a lone UTF-16 surrogate ("\\ud800"), which no file name or sysctl
+    write can carry: refused here, before anything is changed, not met midway."""
+    if not text.isascii():
+        try:
+            text.encode()
+        except UnicodeEncodeError:
+            raise invalid_config(
+                f"{what} contains a lone UTF-16 surrogate (\\ud800-\\udfff), which is not text",
+                "give it as plain UTF-8 text",
+            ) from None
+
+
 def parse_sysctl_key(key: str, where: str) -> tuple[str, ...]:
     """Split a key into /proc/sys path components, refusing anything that could leave net/.
 
@@ -106,6 +119,7 @@ def parse_sysctl_key(key: str, where: str) -> tuple[str, ...]:
         raise invalid_config(f"{where} key {key[:80]!r} contains white space or NUL", fix)
     if key.startswith("/"):
         raise invalid_config(f"{where} key {key[:80]!r} is an absolute path", fix)
+    _refuse_surrogates(key, f"{where} key {key[:80]!r}")
     components = tuple(key.split("/" if "/" in key else "."))
     if any(c in ("", ".", "..") for c in components):
         raise invalid_config(f"{where} key {key[:80]!r} has an empty, '.' or '..' part", fix)
@@ -123,6 +137,7 @@ def _sysctl_value(value: Any, where: str) -> str:
     if isinstance(value, bool) or not isinstance(value, str | int):
         raise invalid_config(f'{where} must be a string, like "1"')
     text = str(value)
+    _refuse_surrogates(text, f"{where}: the value")
     if any(ch in "\n\r\0" for ch in text):
         raise invalid_config(
             f"{where}: the value contains a newline",
@@ -200,6 +215,7 @@ def parse_data_dir(conf: NetConf, environ: Mapping[str, str]) -> str:
         raise invalid_config(
             f"dataDir {data_dir[:120]!r} is not an absolute path", "use e.g. /run/cni/tuning"
         )
+    _refuse_surrogates(data_dir, f"dataDir {data_dir[:120]!r}")
     return os.path.normpath(data_dir)
 
 

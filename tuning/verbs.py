@@ -77,7 +77,10 @@ def delete(request: Request) -> None:
             store.forget(request)  # unreadable garbage: nothing we could restore
             return
         with entered_if_present(request.netns, apply.ContainerNetns) as ns:
-            failures = [] if ns is None else apply.restore(backup, ifname, ns)
+            failures, refused = ([], []) if ns is None else apply.restore(backup, ifname, ns)
+        for problem in refused:
+            # Never restorable, so not worth keeping the backup for (see apply.restore).
+            request.log.warning(f"DEL cannot put back the original {problem}; forgetting it")
         if failures:
             # Keep the file: the runtime retries DEL, and the originals are still needed.
             raise CniError(
