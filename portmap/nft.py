@@ -468,7 +468,9 @@ class NftBackend:
 
     def _record(self, att: Attachment, elements: Iterable[Element], committed: bool = True) -> None:
         objects = [[name, key] for name, key in sorted({(e.set, e.key) for e in elements})]
-        record = state.Recorded(att.network, att.container_id, att.ifname, NAME, objects, committed)
+        record = state.Recorded(
+            att.network, att.container_id, att.ifname, committed, backend=NAME, objects=objects
+        )
         self.sd.save(att, record)
 
     def _missing_setup(self, nft: Nft, plan: Plan) -> list[str]:

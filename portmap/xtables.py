@@ -659,9 +659,10 @@ class XtablesBackend:
             previous = self._recorded(att) or []
             tables = {fp.family: self._table(variant, fp.family) for fp in plan.families}
             name = self._name(att, previous, tables)
-            owner = (att.network, att.container_id, att.ifname, NAME)
+            owner = (att.network, att.container_id, att.ifname)
             objects = [[fp.family, name, variant] for fp in plan.families]
-            self.sd.save(att, state.Recorded(*owner, objects + [list(p) for p in previous]))
+            intent = objects + [list(p) for p in previous]
+            self.sd.save(att, state.Recorded(*owner, True, backend=NAME, objects=intent))
             for family, chain, old in previous:
                 # a repeated ADD after the host changed variant, or of an attachment
                 # added under our former naming
@@ -685,7 +686,7 @@ class XtablesBackend:
                     delete_chains(variant, family, (name,))
                 self.sd.forget(att)
                 raise
-            self.sd.save(att, state.Recorded(*owner, objects))
+            self.sd.save(att, state.Recorded(*owner, True, backend=NAME, objects=objects))
 
     def _add_families(
         self, variant: str, plan: Plan, name: str, done: list[int], tables: dict[int, NatTable]
