@@ -263,9 +263,9 @@ class StateDir:
         that exists is replaced by rename from `<name>.tmp`: a name fixed per file, which
         `remove` deletes too, so a plugin killed mid-write leaves nothing that DEL or GC
         of that attachment misses. Callers hold the dir's lock while writing (every plugin
-        does), so no two writers share that name. No fsync (~5-15 ms per container start):
-        the files live in tmpfs, as the kernel state they describe does not survive a
-        reboot either.
+        does), so no two writers share that name. No fsync (a cost on every container
+        start): the files live in tmpfs, as the kernel state they describe does not
+        survive a reboot either.
         """
         self.ensure()
         final = self.path(name)
@@ -523,23 +523,13 @@ class AttachmentStore(StateDir):
 # Go's, for takeover).
 
 
-def network_tag(network: str) -> str:
-    """The first part of the names of `network`'s files (GC looks for it)."""
-    from common.digest import sha256_hex
-
-    return sha256_hex(network.encode())[:8]
-
-
-def attachment_tag(network: str, container_id: str, ifname: str) -> str:
-    """A short stable id of an attachment: network tag - attachment hash."""
+def tagged_name(network: str, container_id: str, ifname: str) -> str:
+    """`<network hash>-<attachment hash>.json`: GC tells a network's files by the first
+    part (portmap's kernel objects carry the same tag)."""
     from common.digest import sha256_hex
 
     raw = "\0".join((network, container_id, ifname)).encode()
-    return f"{network_tag(network)}-{sha256_hex(raw)[:16]}"
-
-
-def tagged_name(network: str, container_id: str, ifname: str) -> str:
-    return attachment_tag(network, container_id, ifname) + ".json"
+    return f"{sha256_hex(network.encode())[:8]}-{sha256_hex(raw)[:16]}.json"
 
 
 # ---------------------------------------------------------------------------- decoders
@@ -593,34 +583,21 @@ def _same(value: Any) -> Any:
     return value
 
 
-class Key:
+class Key(Value):
     """A field's JSON key, its decoder, (when the JSON is not the value) its encoder, and
     whether a strict record is unusable without it (else its absence is the default)."""
 
-    __slots__ = ("decode", "encode", "json", "required")
-
-    def __init__(
-        self,
-        json: str,
-        decode: Callable[[Any], Any],
-        encode: Callable[[Any], Any] = _same,
-        *,
-        required: bool = False,
-    ) -> None:
-        self.json = json
-        self.decode = decode
-        self.encode = encode
-        self.required = required
+    json: str
+    decode: Callable[[Any], Any]
+    encode: Callable[[Any], Any] = _same
+    required: bool = False
 
 
-class Flat:
+class Flat(Value):
     """A field that is a Value of its own, whose keys sit in the record's object."""
 
-    __slots__ = ("keys", "of")
-
-    def __init__(self, of: type[Value], keys: Keys) -> None:
-        self.of = of
-        self.keys = keys
+    of: type[Value]
+    keys: Keys
 
 
 # A strict record is nobody's without its owner.
@@ -666,7 +643,7 @@ def _decode(of: type[Value], raw: dict[str, Any], keys: Keys, tolerant: bool) ->
 
 
 class Record(Value):
-    """The base of every record type (see the module docstring)."""
+    """The base of every record type (see "records" above)."""
 
     network: str = ""
     container_id: str = ""
@@ -687,7 +664,7 @@ class Record(Value):
     @classmethod
     def from_json(cls, raw: Any) -> Self | None:
         """The record in `raw` (None when it is not even an object); ValueError when one
-        of its values is not as `to_json` writes it (see the module docstring)."""
+        of its values is not as `to_json` writes it (see "records" above)."""
         if not isinstance(raw, dict):
             return None
         record: Self = _decode(cls, raw, BASE_KEYS | cls.KEYS, cls.TOLERANT)
@@ -728,8 +705,8 @@ def _flock(fd: int, path: str, timeout: float) -> bool:
 
     The wait is a blocking flock cut off by SIGALRM: a blocked flock is woken the moment
     the holder lets go, where a poller with sleeps loses that race to every caller that
-    happens to be awake and can starve for the whole timeout (16 tuning ADDs at once did,
-    on one dataDir lock). Signals need the main thread: plugin code runs there.
+    happens to be awake and can starve for the whole timeout (many tuning ADDs waiting on
+    one dataDir lock). Signals need the main thread: plugin code runs there.
     """
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
