@@ -175,6 +175,9 @@ def _teardown(host: Rtnl, rec: Record | None, netns: str, ifname: str, *, ifb: s
 
     Where to look comes from the attachment's state file; without one (lost, or an
     attachment made by upstream's plugin), from the container interface as ADD would.
+    Without one, the only things known to be the attachment's are the ifb named after it
+    and the redirect to that ifb: when there is no such ifb (an attachment that shaped
+    nothing, a second DEL) there is nothing to remove, found with link messages alone.
     """
     from bandwidth import tc
 
@@ -200,6 +203,8 @@ def _teardown(host: Rtnl, rec: Record | None, netns: str, ifname: str, *, ifb: s
                 peer = host.link(index=container_if.peer_index)
                 if peer is not None and peer.peer_index == container_if.index:
                     device = peer
+        if rec is None and sock.link(ifb) is None:
+            return
         _remove(sock, mode, device, owned, ifb, alias)
 
 
@@ -208,9 +213,13 @@ def delete(request: Request) -> None:
 
     ifb, alias = _names(request)
     states = record.store(request.log)
-    with states.lock(), tc.Rtnl() as host:
+    with states.lock():
         rec = states.load(request)
-        _teardown(host, rec, request.netns, request.ifname, ifb=ifb, alias=alias)
+        # Without a record only the ifb named after the attachment can be ours (see
+        # _teardown); when neither netns has a device of that name, nothing is left.
+        if rec is not None or any(tc.has_device(ifb, ns) for ns in {"", request.netns}):
+            with tc.Rtnl() as host:
+                _teardown(host, rec, request.netns, request.ifname, ifb=ifb, alias=alias)
         # An unusable record goes too: no later DEL could use it either.
         states.forget(request)
 

@@ -68,6 +68,11 @@ SHAPED = f"""host
 ctr
   4 eth0 veth mtu 1500 up peer host:3
 """
+UNSHAPED = """host
+  3 veth1 veth mtu 1500 up peer ctr:4
+ctr
+  4 eth0 veth mtu 1500 up peer host:3
+"""
 # The redirect filter goes with the ingress qdisc: no request of its own, unless the
 # qdisc stays (not known to be ours, or others' filters use it).
 REMOVE_FILTER = "host: RTM_DELTFILTER dev veth1 parent ffff: prio 1 protocol all\n"
@@ -234,6 +239,33 @@ def test_del_without_a_record_finds_the_attachment_from_the_interface(
     assert kernel.sent() == REMOVE_FILTER + remove_ifb
     kept = SHAPED.replace(f"    filter {REDIRECT}\n", "").replace(IFB_LINE + "\n", "")
     assert kernel.dump() == kept.replace(f"    qdisc {TBF_IFB}\n", "")
+
+
+@pytest.mark.parametrize("first", ["unshaped", "shaped"])
+def test_del_without_a_record_or_an_ifb_opens_no_rtnetlink_socket(
+    kernel: FakeKernel, monkeypatch: pytest.MonkeyPatch, first: str
+) -> None:
+    # What containerd's second DEL of every pod and any DEL of an unshaped pod find:
+    # nothing to remove, learned without pyroute2 (whose message classes cost more than
+    # the rest of the call; see tc.has_device).
+    netns = world(kernel)
+    if first == "shaped":
+        add(kernel, netns)
+        assert kernel.run("bandwidth", "DEL", conf(netns), netns=netns) == (0, None)
+    else:
+        unshaped = conf(netns, capabilities={"bandwidth": True})  # and no rates
+        assert kernel.run("bandwidth", "ADD", unshaped, netns=netns)[0] == 0
+    opened: list[str] = []
+    real_open = kernel.open_socket
+
+    def open_socket(tc: bool = True, netns: str = "") -> Any:
+        opened.append(netns or "host")
+        return real_open(tc, netns)
+
+    monkeypatch.setattr("bandwidth.tc.RtnlSocket", open_socket)
+    assert kernel.run("bandwidth", "DEL", conf(netns), netns=netns) == (0, None)
+    assert opened == []
+    assert kernel.dump() == UNSHAPED
 
 
 # ---------------------------------------------------------------------------- GC / STATUS

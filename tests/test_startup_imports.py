@@ -69,6 +69,7 @@ LIBRARIES = ("pyroute2",)
 # use, nothing more.
 NOT_FOR = {
     "tuning": ("pyroute2.netlink.rtnl.tcmsg", "portmap", "bandwidth"),
+    "bandwidth-unrecorded": ("pyroute2", "portmap", "tuning"),
     "portmap-nftables": ("portmap.xtables", "pyroute2"),
     "portmap-iptables": ("portmap.libnftables", "pyroute2"),
     # pyroute2's tcmsg package would import every qdisc and classifier it knows.
@@ -107,6 +108,7 @@ BUDGET = {
     ("bandwidth", "ADD"): 140,
     ("bandwidth", "CHECK"): 139,
     ("bandwidth", "DEL"): 137,
+    ("bandwidth-unrecorded", "DEL"): 55,  # no pyroute2: nothing was left to remove
     ("tuning", "ADD"): 121,
     ("tuning", "CHECK"): 121,
     ("tuning", "DEL"): 121,
@@ -326,5 +328,30 @@ def test_add_check_del_import_only_what_they_use(
         f"{kind} {command}: {problem}"
         for command, imports in found.items()
         for problem in problems_of(imports, bare, command, kind)
+    ]
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.root
+def test_bandwidth_del_without_a_record_imports_no_netlink_messages(
+    lab: Lab, tmp_path: Path, bare: set[str]
+) -> None:
+    # containerd DELs every pod twice, and most pods are not shaped: a DEL with no record
+    # and no ifb of the attachment learns that with an ioctl, before pyroute2 (see
+    # bandwidth.tc.has_device), whether the netns is still there or not.
+    host_end = veth(lab)
+    unshaped = conf(lab, host_end, "bandwidth")
+    shaped = conf(lab, host_end, "bandwidth", **CASES["bandwidth"][1])
+    run = {"netns": lab.ctr.path, "host": lab.host.name, "env": lab.env}
+    found = {"unshaped": imported(tmp_path, "bandwidth", "DEL", unshaped, **run)}
+    imported(tmp_path, "bandwidth", "ADD", shaped, **run)
+    imported(tmp_path, "bandwidth", "DEL", shaped, **run)
+    found["second"] = imported(tmp_path, "bandwidth", "DEL", shaped, **run)
+    gone = {**run, "netns": "/run/netns/no-such-netns"}
+    found["netns gone"] = imported(tmp_path, "bandwidth", "DEL", shaped, **gone)
+    problems = [
+        f"bandwidth DEL, {case}: {problem}"
+        for case, imports in found.items()
+        for problem in problems_of(imports, bare, "DEL", "bandwidth-unrecorded")
     ]
     assert not problems, "\n".join(problems)
