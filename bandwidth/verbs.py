@@ -1,14 +1,15 @@
 """bandwidth's verbs: parse -> plan -> apply -> report, and DEL/CHECK/GC/STATUS from the
-same pieces (see plan.py for the reasoning, tc.py for the kernel side)."""
+same pieces (see plan.py for the reasoning, tc.py for the kernel side).
+
+Most attachments are not shaped, and an ADD of one passes prevResult through: this module
+imports only what that needs, and each verb the rest (the plan, the records, contextlib)
+once it has something to do.
+"""
 
 from __future__ import annotations
 
-from contextlib import ExitStack
-
-from bandwidth import config, plan, record
-from bandwidth.model import CONTAINER, HOST, Link
-from bandwidth.plan import Ownership, Placement, Plan
-from bandwidth.record import Record
+from bandwidth import config
+from bandwidth.model import CONTAINER, HOST
 from common.errors import (
     CHECK_FAILED,
     INVALID_CONFIG,
@@ -16,15 +17,17 @@ from common.errors import (
     CniError,
     invalid_config,
 )
-from common.gc import AttachmentId, valid_attachments
-from common.netns import entered_if_present
-from common.result import Interface, Result
-from common.skel import Request
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from bandwidth.model import Observed
+    from contextlib import ExitStack
+
+    from bandwidth.model import Link, Observed
+    from bandwidth.plan import Ownership, Placement, Plan
+    from bandwidth.record import Record
     from bandwidth.tc import Rtnl
+    from common.result import Result
+    from common.skel import Request
     from common.state import Owner
 
 
@@ -46,7 +49,7 @@ def _locate_and_plan(
 
     `gone`: the code when the interface is not there; for ADD a config error (nothing
     to shape yet), for CHECK a finding (what was shaped went away, e.g. with its netns)."""
-    from bandwidth import tc
+    from bandwidth import plan, tc
 
     prev = _prev_result(request)
     psched = tc.read_psched()
@@ -77,6 +80,8 @@ def _locate_and_plan(
 
 def _names(owner: Owner) -> tuple[str, str]:
     """The attachment's ifb: its name and its alias."""
+    from bandwidth import plan
+
     return (
         plan.ifb_name(owner.network, owner.container_id),
         plan.ifb_alias(owner.network, owner.container_id, owner.ifname),
@@ -90,6 +95,12 @@ def add(request: Request) -> Result | None:
     cfg = config.parse(request.conf)
     if not cfg.shapes_anything:
         return None  # nothing to shape: pass prevResult through, like upstream
+    from contextlib import ExitStack
+
+    from bandwidth import plan, record
+    from bandwidth.plan import Ownership
+    from bandwidth.record import Record
+
     ifb, alias = _names(request)
     states = record.store(request.log)
     with ExitStack() as stack:
@@ -146,6 +157,9 @@ def _remove(
     sock: Rtnl, mode: str, device: Link | None, owned: Ownership, ifb: str, alias: str
 ) -> None:
     """Take away what the attachment owns on `device` (None: gone) and its ifb."""
+    from bandwidth import plan
+    from bandwidth.plan import Plan
+
     empty = Plan(mode, device.name if device is not None else "")
     observed = sock.observe(device, ifb, ifb_qdisc=False)
     result = plan.reconcile(empty, observed, owned, ifb=ifb, alias=alias)
@@ -156,6 +170,8 @@ def _report(prev: Result, placement: Placement, ifb: Link | None, netns: str) ->
     """prevResult plus the ifb (upstream appends it with its name and MAC)."""
     if ifb is None:
         return prev
+    from common.result import Interface
+
     sandbox = netns if placement.mode == CONTAINER else ""
     iface = Interface(name=ifb.name, mac=ifb.mac, sandbox=sandbox)
     at = prev.interface_index(ifb.name, in_sandbox=bool(sandbox))
@@ -179,7 +195,11 @@ def _teardown(host: Rtnl, rec: Record | None, netns: str, ifname: str, *, ifb: s
     and the redirect to that ifb: when there is no such ifb (an attachment that shaped
     nothing, a second DEL) there is nothing to remove, found with link messages alone.
     """
+    from contextlib import ExitStack
+
     from bandwidth import tc
+    from bandwidth.plan import Ownership
+    from common.netns import entered_if_present
 
     with ExitStack() as stack:
         mode, sock, device = HOST, host, None
@@ -209,7 +229,7 @@ def _teardown(host: Rtnl, rec: Record | None, netns: str, ifname: str, *, ifb: s
 
 
 def delete(request: Request) -> None:
-    from bandwidth import tc
+    from bandwidth import record, tc
 
     ifb, alias = _names(request)
     states = record.store(request.log)
@@ -226,7 +246,8 @@ def delete(request: Request) -> None:
 
 def gc(request: Request) -> None:
     """Remove the shaping of every attachment on this network that is not still valid."""
-    from bandwidth import tc
+    from bandwidth import plan, record, tc
+    from common.gc import AttachmentId, valid_attachments
 
     valid = valid_attachments(request.conf.body)
     network = request.network
@@ -262,6 +283,10 @@ def check(request: Request) -> None:
     _prev_result(request)
     if not cfg.shapes_anything:
         return
+    from contextlib import ExitStack
+
+    from bandwidth import plan
+
     ifb, _ = _names(request)
     with ExitStack() as stack:
         placement, want, sock = _locate_and_plan(request, cfg, stack, gone=CHECK_FAILED)
@@ -297,7 +322,7 @@ def status(request: Request) -> None:
     try:
         import importlib.util
 
-        from bandwidth import tc
+        from bandwidth import record, tc
 
         if importlib.util.find_spec("pyroute2") is None:
             raise ImportError("pyroute2 is not installed")

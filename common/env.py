@@ -66,6 +66,20 @@ def validate_ifname(name: str, what: str = "CNI_IFNAME") -> None:
         raise CniError(INVALID_ENVIRONMENT, f"invalid {what} {name[:40]!r}", problem)
 
 
+DEFAULT_STATE_ROOT = "/run/cni/meta-plugins"
+STATE_ROOT_ENV = "CNI_META_STATE_ROOT"
+
+
+def plugin_dir(plugin: str, environ: Mapping[str, str] | None = None, default: str = "") -> str:
+    """<state root>/<plugin>; `default` instead when CNI_META_STATE_ROOT is not set (tuning
+    keeps Go's /run/cni/tuning). Here, not in common.state: tuning's config names its
+    dataDir with it, and a call that passes through needs no state store."""
+    root = (os.environ if environ is None else environ).get(STATE_ROOT_ENV)
+    if not root and default:
+        return default
+    return os.path.join(root or DEFAULT_STATE_ROOT, plugin)
+
+
 def parse_cni_args(text: str) -> dict[str, str]:
     """CNI_ARGS 'K=V;K2=V2' -> dict. Empty pairs are skipped; a pair without '=' is an error."""
     out: dict[str, str] = {}

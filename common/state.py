@@ -20,7 +20,7 @@ from common.errors import IO_FAILURE, TRY_AGAIN_LATER, CniError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping
+    from collections.abc import Iterator
     from typing import Any, Protocol
 
     from common.gc import AttachmentId
@@ -46,8 +46,6 @@ if TYPE_CHECKING:
 
     Stamps = dict[str, tuple[int, int]]
 
-DEFAULT_ROOT = "/run/cni/meta-plugins"
-ROOT_ENV = "CNI_META_STATE_ROOT"
 LOCK_TIMEOUT_ENV = "CNI_META_LOCK_TIMEOUT"
 DEFAULT_LOCK_TIMEOUT = 30.0
 TMP_SUFFIX = ".tmp"  # <name>.tmp: the replacement being written (see write_json)
@@ -128,15 +126,6 @@ def open_directory(path: str, *, create: bool = False) -> int | None:
     finally:
         for fd in fds:
             os.close(fd)
-
-
-def plugin_dir(plugin: str, environ: Mapping[str, str] | None = None, default: str = "") -> str:
-    """<state root>/<plugin>; `default` instead when CNI_META_STATE_ROOT is not set (tuning
-    keeps Go's /run/cni/tuning)."""
-    root = (os.environ if environ is None else environ).get(ROOT_ENV)
-    if not root and default:
-        return default
-    return os.path.join(root or DEFAULT_ROOT, plugin)
 
 
 def safe_file_name(*parts: str) -> str:

@@ -342,13 +342,17 @@ def test_bandwidth_del_without_a_record_imports_no_netlink_messages(
     host_end = veth(lab)
     unshaped = conf(lab, host_end, "bandwidth")
     shaped = conf(lab, host_end, "bandwidth", **CASES["bandwidth"][1])
-    run = {"netns": lab.ctr.path, "host": lab.host.name, "env": lab.env}
-    found = {"unshaped": imported(tmp_path, "bandwidth", "DEL", unshaped, **run)}
-    imported(tmp_path, "bandwidth", "ADD", shaped, **run)
-    imported(tmp_path, "bandwidth", "DEL", shaped, **run)
-    found["second"] = imported(tmp_path, "bandwidth", "DEL", shaped, **run)
-    gone = {**run, "netns": "/run/netns/no-such-netns"}
-    found["netns gone"] = imported(tmp_path, "bandwidth", "DEL", shaped, **gone)
+
+    def run(command: str, config: dict[str, Any], netns: str = lab.ctr.path) -> Imports:
+        return imported(
+            tmp_path, "bandwidth", command, config, netns=netns, host=lab.host.name, env=lab.env
+        )
+
+    found = {"unshaped": run("DEL", unshaped)}
+    run("ADD", shaped)
+    run("DEL", shaped)
+    found["second"] = run("DEL", shaped)
+    found["netns gone"] = run("DEL", shaped, netns="/run/netns/no-such-netns")
     problems = [
         f"bandwidth DEL, {case}: {problem}"
         for case, imports in found.items()
