@@ -9,7 +9,7 @@ tables, u32 selectors, mirred actions); `common.rtnl` carries them.
 from __future__ import annotations
 
 import errno
-from _socket import AF_UNIX, SOCK_CLOEXEC, SOCK_DGRAM, htons, ntohs, socket
+from _socket import htons, ntohs
 
 from bandwidth import plan
 from bandwidth.model import (
@@ -79,9 +79,10 @@ def has_device(name: str, netns: str = "") -> bool:
     """Whether the netns at `netns` ("": ours) has a device named `name`, asked with the
     ioctl that if_nametoindex(3) makes rather than rtnetlink: a DEL without a record
     learns this way that there is no ifb to remove before it loads pyroute2's message
-    classes, which cost more than the rest of such a call. A netns that cannot be
-    entered has nothing (as DEL's `entered_if_present` sees it); any answer but "no such
-    device" is True, and rtnetlink then looks."""
+    classes, which cost more than the rest of such a call. The ioctl goes to the netns of
+    the socket it is made on (a netlink one: no other kind is opened here). A netns that
+    cannot be entered has nothing (as DEL's `entered_if_present` sees it); any answer but
+    "no such device" is True, and rtnetlink then looks."""
     import fcntl
     import struct
     from contextlib import nullcontext
@@ -89,16 +90,15 @@ def has_device(name: str, netns: str = "") -> bool:
     from common.netns import entered
 
     try:
-        with entered(netns) if netns else nullcontext():  # the socket's netns is asked
-            sock = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC)
+        with entered(netns) if netns else nullcontext():
+            nl = rtnl.NetlinkSocket(rtnl.NETLINK_ROUTE)
     except CniError:
         return False
-    try:
-        fcntl.ioctl(sock.fileno(), SIOCGIFINDEX, struct.pack("16si", name.encode(), 0))
-    except OSError as e:
-        return e.errno != errno.ENODEV
-    finally:
-        sock.close()
+    with nl:
+        try:
+            fcntl.ioctl(nl.sock.fileno(), SIOCGIFINDEX, struct.pack("16si", name.encode(), 0))
+        except OSError as e:
+            return e.errno != errno.ENODEV
     return True
 
 
