@@ -164,6 +164,22 @@ def test_a_macvlan_is_shaped_inside_the_container(kernel: FakeKernel) -> None:
     assert {line.split(":")[0] for line in kernel.sent().splitlines()} == {"ctr"}
 
 
+def test_del_without_a_record_finds_the_ifb_inside_the_container(
+    kernel: FakeKernel, tmp_path: Path
+) -> None:
+    # The ifb of a macvlan lives in the container netns: the look for it before any
+    # rtnetlink (tc.has_device) must ask there too, not only the host.
+    netns = kernel.add_netns("ctr")
+    kernel.add_link(kernel.ns(netns), "eth0", "macvlan")
+    assert kernel.run("bandwidth", "ADD", conf(netns, host_if="none"), netns=netns)[0] == 0
+    for record in (tmp_path / "state").rglob("*.json"):
+        record.unlink()
+    kernel.sent()
+    assert kernel.run("bandwidth", "DEL", conf(netns, host_if="none"), netns=netns) == (0, None)
+    assert f"ctr: RTM_DELLINK dev {IFB}\n" in kernel.sent()
+    assert IFB not in kernel.dump()
+
+
 # ---------------------------------------------------------------------------- CHECK
 
 
