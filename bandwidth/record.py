@@ -14,7 +14,8 @@ from bandwidth.model import CONTAINER, HOST
 from bandwidth.plan import Ownership
 from common import jsontext as json
 from common.digest import sha256_hex
-from common.state import AttachmentStore, plugin_dir
+from common.env import plugin_dir
+from common.state import AttachmentStore
 from common.values import Value
 
 TYPE_CHECKING = False

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 PSCHED = "/proc/net/psched"
+SIOCGIFINDEX = 0x8933  # linux/sockios.h: a device's ifindex by its name
 TCA_EGRESS_REDIR = 1
 MATCH_ALL = ["0x0/0x0+0"]  # u32: 0 under mask 0 at offset 0, i.e. every packet
 CREATE = rtnl.NLM_F_CREATE | rtnl.NLM_F_EXCL
@@ -72,6 +73,33 @@ def read_psched(path: str = PSCHED) -> Psched:
         raise CniError(
             KERNEL_FAILURE, f"cannot read the kernel's tc clock from {path}", str(e)
         ) from None
+
+
+def has_device(name: str, netns: str = "") -> bool:
+    """Whether the netns at `netns` ("": ours) has a device named `name`, asked with the
+    ioctl that if_nametoindex(3) makes rather than rtnetlink: a DEL without a record
+    learns this way that there is no ifb to remove before it loads pyroute2's message
+    classes, which cost more than the rest of such a call. The ioctl goes to the netns of
+    the socket it is made on (a netlink one: no other kind is opened here). A netns that
+    cannot be entered has nothing (as DEL's `entered_if_present` sees it); any answer but
+    "no such device" is True, and rtnetlink then looks."""
+    import fcntl
+    import struct
+    from contextlib import nullcontext
+
+    from common.netns import entered
+
+    try:
+        with entered(netns) if netns else nullcontext():
+            nl = rtnl.NetlinkSocket(rtnl.NETLINK_ROUTE)
+    except CniError:
+        return False
+    with nl:
+        try:
+            fcntl.ioctl(nl.sock.fileno(), SIOCGIFINDEX, struct.pack("16si", name.encode(), 0))
+        except OSError as e:
+            return e.errno != errno.ENODEV
+    return True
 
 
 def tcmsg_class(m: Any) -> Any:
@@ -200,10 +228,11 @@ class Rtnl:
 
     def __init__(self, netns: str = "") -> None:
         # The kernel seam: unit tests put a fake kernel's socket in `tc.RtnlSocket`
-        # (tests/harness/fake_kernel.py).
-        self.nl = RtnlSocket(netns=netns)
+        # (tests/harness/fake_kernel.py). Link messages only: pyroute2's tc modules cost
+        # more than the rest of a call, and a DEL that finds nothing to remove (a second
+        # DEL, an attachment that shaped nothing) sends no tc message.
+        self.nl = RtnlSocket(tc=False, netns=netns)
         self.m = self.nl.modules
-        self.tcmsg = tcmsg_class(self.m)
         # ifindex of the devices this socket's actions have resolved: the ifb just made is
         # named by three actions in a row (alias, tbf, redirect), one lookup serves them.
         self.indexes: dict[str, int] = {}
@@ -214,8 +243,12 @@ class Rtnl:
     def __exit__(self, *_: object) -> None:
         self.nl.close()
 
+    def _tc(self) -> Any:
+        """pyroute2's modules with the tc ones, loaded by the first tc message."""
+        return rtnl.pyroute2(tc=True)
+
     def _tcmsg(self, index: int, parent: int = 0, handle: int = 0, info: int = 0) -> Any:
-        msg = self.tcmsg()
+        msg = tcmsg_class(self._tc())()
         msg["index"], msg["parent"], msg["handle"], msg["info"] = index, parent, handle, info
         return msg
 
@@ -342,7 +375,7 @@ class Rtnl:
         elif isinstance(action, plan.AddRedirect):
             redirect = {"kind": "mirred", "direction": "egress", "action": "redirect",
                         "ifindex": self._index(action.ifb)}  # fmt: skip
-            options = self.m.cls_u32.get_parameters(
+            options = self._tc().cls_u32.get_parameters(
                 {"target": FLOW_ID, "keys": MATCH_ALL, "action": redirect}
             )
             info = (FILTER_PRIO << 16) | htons(ETH_P_ALL)

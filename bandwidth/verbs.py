@@ -1,14 +1,15 @@
 """bandwidth's verbs: parse -> plan -> apply -> report, and DEL/CHECK/GC/STATUS from the
-same pieces (see plan.py for the reasoning, tc.py for the kernel side)."""
+same pieces (see plan.py for the reasoning, tc.py for the kernel side).
+
+Most attachments are not shaped, and an ADD of one passes prevResult through: this module
+imports only what that needs, and each verb the rest (the plan, the records, contextlib)
+once it has something to do.
+"""
 
 from __future__ import annotations
 
-from contextlib import ExitStack
-
-from bandwidth import config, plan, record
-from bandwidth.model import CONTAINER, HOST, Link
-from bandwidth.plan import Ownership, Placement, Plan
-from bandwidth.record import Record
+from bandwidth import config
+from bandwidth.model import CONTAINER, HOST
 from common.errors import (
     CHECK_FAILED,
     INVALID_CONFIG,
@@ -16,15 +17,17 @@ from common.errors import (
     CniError,
     invalid_config,
 )
-from common.gc import AttachmentId, valid_attachments
-from common.netns import entered_if_present
-from common.result import Interface, Result
-from common.skel import Request
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from bandwidth.model import Observed
+    from contextlib import ExitStack
+
+    from bandwidth.model import Link, Observed
+    from bandwidth.plan import Ownership, Placement, Plan
+    from bandwidth.record import Record
     from bandwidth.tc import Rtnl
+    from common.result import Result
+    from common.skel import Request
     from common.state import Owner
 
 
@@ -46,7 +49,7 @@ def _locate_and_plan(
 
     `gone`: the code when the interface is not there; for ADD a config error (nothing
     to shape yet), for CHECK a finding (what was shaped went away, e.g. with its netns)."""
-    from bandwidth import tc
+    from bandwidth import plan, tc
 
     prev = _prev_result(request)
     psched = tc.read_psched()
@@ -77,6 +80,8 @@ def _locate_and_plan(
 
 def _names(owner: Owner) -> tuple[str, str]:
     """The attachment's ifb: its name and its alias."""
+    from bandwidth import plan
+
     return (
         plan.ifb_name(owner.network, owner.container_id),
         plan.ifb_alias(owner.network, owner.container_id, owner.ifname),
@@ -90,6 +95,12 @@ def add(request: Request) -> Result | None:
     cfg = config.parse(request.conf)
     if not cfg.shapes_anything:
         return None  # nothing to shape: pass prevResult through, like upstream
+    from contextlib import ExitStack
+
+    from bandwidth import plan, record
+    from bandwidth.plan import Ownership
+    from bandwidth.record import Record
+
     ifb, alias = _names(request)
     states = record.store(request.log)
     with ExitStack() as stack:
@@ -146,6 +157,9 @@ def _remove(
     sock: Rtnl, mode: str, device: Link | None, owned: Ownership, ifb: str, alias: str
 ) -> None:
     """Take away what the attachment owns on `device` (None: gone) and its ifb."""
+    from bandwidth import plan
+    from bandwidth.plan import Plan
+
     empty = Plan(mode, device.name if device is not None else "")
     observed = sock.observe(device, ifb, ifb_qdisc=False)
     result = plan.reconcile(empty, observed, owned, ifb=ifb, alias=alias)
@@ -156,6 +170,8 @@ def _report(prev: Result, placement: Placement, ifb: Link | None, netns: str) ->
     """prevResult plus the ifb (upstream appends it with its name and MAC)."""
     if ifb is None:
         return prev
+    from common.result import Interface
+
     sandbox = netns if placement.mode == CONTAINER else ""
     iface = Interface(name=ifb.name, mac=ifb.mac, sandbox=sandbox)
     at = prev.interface_index(ifb.name, in_sandbox=bool(sandbox))
@@ -175,8 +191,15 @@ def _teardown(host: Rtnl, rec: Record | None, netns: str, ifname: str, *, ifb: s
 
     Where to look comes from the attachment's state file; without one (lost, or an
     attachment made by upstream's plugin), from the container interface as ADD would.
+    Without one, the only things known to be the attachment's are the ifb named after it
+    and the redirect to that ifb: when there is no such ifb (an attachment that shaped
+    nothing, a second DEL) there is nothing to remove, found with link messages alone.
     """
+    from contextlib import ExitStack
+
     from bandwidth import tc
+    from bandwidth.plan import Ownership
+    from common.netns import entered_if_present
 
     with ExitStack() as stack:
         mode, sock, device = HOST, host, None
@@ -200,24 +223,31 @@ def _teardown(host: Rtnl, rec: Record | None, netns: str, ifname: str, *, ifb: s
                 peer = host.link(index=container_if.peer_index)
                 if peer is not None and peer.peer_index == container_if.index:
                     device = peer
+        if rec is None and sock.link(ifb) is None:
+            return
         _remove(sock, mode, device, owned, ifb, alias)
 
 
 def delete(request: Request) -> None:
-    from bandwidth import tc
+    from bandwidth import record, tc
 
     ifb, alias = _names(request)
     states = record.store(request.log)
-    with states.lock(), tc.Rtnl() as host:
+    with states.lock():
         rec = states.load(request)
-        _teardown(host, rec, request.netns, request.ifname, ifb=ifb, alias=alias)
+        # Without a record only the ifb named after the attachment can be ours (see
+        # _teardown); when neither netns has a device of that name, nothing is left.
+        if rec is not None or any(tc.has_device(ifb, ns) for ns in {"", request.netns}):
+            with tc.Rtnl() as host:
+                _teardown(host, rec, request.netns, request.ifname, ifb=ifb, alias=alias)
         # An unusable record goes too: no later DEL could use it either.
         states.forget(request)
 
 
 def gc(request: Request) -> None:
     """Remove the shaping of every attachment on this network that is not still valid."""
-    from bandwidth import tc
+    from bandwidth import plan, record, tc
+    from common.gc import AttachmentId, valid_attachments
 
     valid = valid_attachments(request.conf.body)
     network = request.network
@@ -253,6 +283,10 @@ def check(request: Request) -> None:
     _prev_result(request)
     if not cfg.shapes_anything:
         return
+    from contextlib import ExitStack
+
+    from bandwidth import plan
+
     ifb, _ = _names(request)
     with ExitStack() as stack:
         placement, want, sock = _locate_and_plan(request, cfg, stack, gone=CHECK_FAILED)
@@ -288,7 +322,7 @@ def status(request: Request) -> None:
     try:
         import importlib.util
 
-        from bandwidth import tc
+        from bandwidth import record, tc
 
         if importlib.util.find_spec("pyroute2") is None:
             raise ImportError("pyroute2 is not installed")

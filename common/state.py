@@ -13,14 +13,13 @@ import errno
 import fcntl
 import os
 import stat
-from contextlib import contextmanager, suppress
 
 from common import jsontext as json
 from common.errors import IO_FAILURE, TRY_AGAIN_LATER, CniError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping
+    from contextlib import AbstractContextManager
     from typing import Any, Protocol
 
     from common.gc import AttachmentId
@@ -46,8 +45,6 @@ if TYPE_CHECKING:
 
     Stamps = dict[str, tuple[int, int]]
 
-DEFAULT_ROOT = "/run/cni/meta-plugins"
-ROOT_ENV = "CNI_META_STATE_ROOT"
 LOCK_TIMEOUT_ENV = "CNI_META_LOCK_TIMEOUT"
 DEFAULT_LOCK_TIMEOUT = 30.0
 TMP_SUFFIX = ".tmp"  # <name>.tmp: the replacement being written (see write_json)
@@ -99,6 +96,8 @@ def open_directory(path: str, *, create: bool = False) -> int | None:
             except FileNotFoundError:
                 if not create:
                     return None
+                from contextlib import suppress  # not at the top: a DEL that only reads
+
                 with suppress(FileExistsError):
                     os.mkdir(name, 0o700, dir_fd=fds[-1])
                 fd = os.open(name, _DIR, dir_fd=fds[-1])
@@ -128,15 +127,6 @@ def open_directory(path: str, *, create: bool = False) -> int | None:
     finally:
         for fd in fds:
             os.close(fd)
-
-
-def plugin_dir(plugin: str, environ: Mapping[str, str] | None = None, default: str = "") -> str:
-    """<state root>/<plugin>; `default` instead when CNI_META_STATE_ROOT is not set (tuning
-    keeps Go's /run/cni/tuning)."""
-    root = (os.environ if environ is None else environ).get(ROOT_ENV)
-    if not root and default:
-        return default
-    return os.path.join(root or DEFAULT_ROOT, plugin)
 
 
 def safe_file_name(*parts: str) -> str:
@@ -270,6 +260,8 @@ class StateDir:
         if self._stat(name) is None and self._create_whole(name, payload):
             return
         tmp = name + TMP_SUFFIX
+        from contextlib import suppress
+
         try:
             # a killed writer's leftover; O_EXCL below never reuses one
             with suppress(FileNotFoundError):
@@ -341,17 +333,16 @@ class StateDir:
             [] if dir_fd is None else sorted(n for n in os.listdir(dir_fd) if n.endswith(".json"))
         )
 
-    @contextmanager
-    def lock(self, name: str = "", timeout: float | None = None) -> Iterator[None]:
-        """An exclusive lock between plugin processes; error 11 when it stays taken.
+    def lock(self, name: str = "", timeout: float | None = None) -> AbstractContextManager[None]:
+        """An exclusive lock between plugin processes, taken when the `with` block is
+        entered; error 11 when it stays taken.
 
         The lock file stays after the block, on purpose: a waiter on an unlinked file and a
         newcomer locking a fresh one would be two holders at once.
         """
         self.ensure()
         name = name or self.lock_name
-        with flock_with_deadline(self.path(name), timeout, dir_fd=self._fd):
-            yield
+        return flock_with_deadline(self.path(name), timeout, dir_fd=self._fd)
 
 
 class AttachmentStore(StateDir):
@@ -537,11 +528,8 @@ def _flock(fd: int, path: str, timeout: float) -> bool:
         signal.signal(signal.SIGALRM, previous)
 
 
-@contextmanager
-def flock_with_deadline(
-    path: str, timeout: float | None = None, *, dir_fd: int | None = None
-) -> Iterator[None]:
-    """Hold an exclusive flock on `path` (created if missing) for the block.
+class flock_with_deadline:  # lower case: called like the function it was
+    """Hold an exclusive flock on `path` (created if missing) for the `with` block.
 
     Error 11 (try again later) when it is still taken after `timeout` seconds (default:
     CNI_META_LOCK_TIMEOUT): a runtime retries, where a flock without deadline would hang
@@ -549,21 +537,35 @@ def flock_with_deadline(
     leaves a lock behind. A lock belongs to the open file description: a child forked
     inside the block holds it too until it exits. With `dir_fd`, `path` is opened by its
     last component in that directory (StateDir: the directory it checked).
+
+    A class rather than a @contextmanager generator: contextlib (with functools and
+    collections) is not otherwise loaded by a DEL that finds nothing to do.
     """
-    if timeout is None:
-        timeout = lock_timeout()
-    try:
-        name = path if dir_fd is None else os.path.basename(path)
-        fd = os.open(name, os.O_RDWR | os.O_CREAT | _NOFOLLOW, 0o600, dir_fd=dir_fd)
-    except OSError as e:
-        raise CniError(IO_FAILURE, f"cannot open lock file {path}", str(e)) from None
-    try:
-        if not _flock(fd, path, timeout):
-            raise CniError(
-                TRY_AGAIN_LATER,
-                f"another plugin call holds {path}",
-                f"waited {timeout:g}s ({LOCK_TIMEOUT_ENV}); try again later",
-            )
-        yield
-    finally:
-        os.close(fd)  # closing releases the flock
+
+    __slots__ = ("dir_fd", "fd", "path", "timeout")
+
+    def __init__(self, path: str, timeout: float | None = None, *, dir_fd: int | None = None):
+        self.path, self.timeout, self.dir_fd, self.fd = path, timeout, dir_fd, -1
+
+    def __enter__(self) -> None:
+        path = self.path
+        timeout = lock_timeout() if self.timeout is None else self.timeout
+        try:
+            name = path if self.dir_fd is None else os.path.basename(path)
+            fd = os.open(name, os.O_RDWR | os.O_CREAT | _NOFOLLOW, 0o600, dir_fd=self.dir_fd)
+        except OSError as e:
+            raise CniError(IO_FAILURE, f"cannot open lock file {path}", str(e)) from None
+        try:
+            if not _flock(fd, path, timeout):
+                raise CniError(
+                    TRY_AGAIN_LATER,
+                    f"another plugin call holds {path}",
+                    f"waited {timeout:g}s ({LOCK_TIMEOUT_ENV}); try again later",
+                )
+        except BaseException:
+            os.close(fd)
+            raise
+        self.fd = fd
+
+    def __exit__(self, *_: object) -> None:
+        os.close(self.fd)  # closing releases the flock

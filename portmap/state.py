@@ -9,8 +9,9 @@ still covers whatever reached the kernel.
 
 from __future__ import annotations
 
+from common.env import plugin_dir
 from common.errors import CONFLICT, CniError
-from common.state import AttachmentStore, plugin_dir
+from common.state import AttachmentStore
 from common.values import Value
 from portmap.config import Attachment, network_tag
 

@@ -10,11 +10,10 @@ from __future__ import annotations
 import os
 
 from common.config import NetConf
-from common.env import Invocation
+from common.env import Invocation, plugin_dir
 from common.errors import invalid_config
 from common.jsonobj import JsonObject
 from common.jsontext import RepeatedKeys
-from common.state import plugin_dir
 from common.values import Value
 
 TYPE_CHECKING = False

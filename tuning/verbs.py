@@ -2,29 +2,35 @@
 
 The backup file is read, written and removed under one lock per dataDir, held for the
 whole verb: an ADD and a DEL (or GC) of the same attachment never interleave.
+
+A config with nothing to tune passes prevResult through on ADD: this module imports only
+what that needs (the config and the plan), each verb the rest once it has work to do.
 """
 
 from __future__ import annotations
 
-import os
-
 from common.errors import CHECK_FAILED, KERNEL_FAILURE, STATUS_UNAVAILABLE, CniError
-from common.netns import entered_if_present
-from common.result import Result
-from common.skel import Request
-from tuning import allowlist, apply, config
-from tuning.backup import BackupStore, originals
-from tuning.plan import link_differences, make_plan, report, sysctl_differences
+from tuning import config
+from tuning.plan import make_plan, report
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from common.result import Result
+    from common.skel import Request
 
 
 def add(request: Request) -> Result:
     conf = config.parse(request.conf, request.env, request.environ)
     if conf.sysctls:
+        from tuning import allowlist
+
         keys = [s.key for s in conf.sysctls]
         allowlist.refuse_unlisted(allowlist.load(conf.allowlist_path), keys)
     plan = make_plan(conf, request.ifname)
     if plan.empty:
         return report(request.conf.prev_result, plan)
+    from tuning import apply
+    from tuning.backup import BackupStore, originals
 
     store = BackupStore(conf.data_dir)
     cid, ifname = request.container_id, request.ifname
@@ -64,10 +70,15 @@ def add(request: Request) -> Result:
 def delete(request: Request) -> None:
     """Restore the originals and forget them. Succeeds when there is nothing to restore,
     or nothing to restore it in (the namespace or the interface is gone)."""
+    from tuning.backup import BackupStore
+
     store = BackupStore(config.parse_data_dir(request.conf, request.environ))
     ifname = request.ifname
     if not store.has(request):
         return
+    from common.netns import entered_if_present
+    from tuning import apply
+
     peek = store.load(request)  # read again under the lock; this only decides the import
     if peek is not None and not peek.empty:
         apply.preload_links()
@@ -97,6 +108,9 @@ def check(request: Request) -> None:
     plan = make_plan(conf, request.ifname)
     if plan.empty:
         return
+    from tuning import apply
+    from tuning.plan import link_differences, sysctl_differences
+
     with apply.ContainerNetns(request.netns) as ns:
         live = apply.read_sysctls(plan, ns, missing_ok=True)
         problems = sysctl_differences(plan, live)
@@ -114,7 +128,10 @@ def check(request: Request) -> None:
 
 def gc(request: Request) -> None:
     """Forget the backups of this network's attachments the runtime no longer knows."""
+    import os
+
     from common.gc import valid_attachments
+    from tuning.backup import BackupStore
 
     data_dir = config.parse_data_dir(request.conf, request.environ)
     valid = valid_attachments(request.conf.body)
@@ -133,6 +150,11 @@ def gc(request: Request) -> None:
 
 def status(request: Request) -> None:
     """Ready when the allowlist parses, dataDir can be written and pyroute2 is there."""
+    import os
+
+    from tuning import allowlist
+    from tuning.backup import BackupStore
+
     conf = config.parse(request.conf, request.env, request.environ)
     try:
         allowlist.load(conf.allowlist_path)

@@ -1,7 +1,8 @@
 """A kernel in memory, for running bandwidth's and tuning's verbs without root.
 
-The plugins reach the kernel through two seams: `bandwidth.tc.RtnlSocket(netns=...)` (the
-rtnetlink socket every tc and link request goes through) and `tuning.apply.ContainerNetns`
+The plugins reach the kernel through these seams: `bandwidth.tc.RtnlSocket(netns=...)` (the
+rtnetlink socket every tc and link request goes through), `bandwidth.tc.has_device` (a
+device's presence by name, asked before any rtnetlink) and `tuning.apply.ContainerNetns`
 (entering the container namespace, its rtnetlink socket, its sysctl files and its IPv6
 address list). `FakeKernel.install` puts this module's versions there. The plugins'
 own code still builds and encodes every message with pyroute2; the fake decodes what was
@@ -195,6 +196,7 @@ class FakeKernel:
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setattr(tc, "RtnlSocket", self.open_socket)
+        monkeypatch.setattr(tc, "has_device", self.has_device)
         kernel = self
 
         class FakeContainerNetns(apply.ContainerNetns):
@@ -216,8 +218,12 @@ class FakeKernel:
 
         monkeypatch.setattr(apply, "ContainerNetns", FakeContainerNetns)
 
-    def open_socket(self, netns: str = "") -> FakeSocket:
-        return FakeSocket(self, self._entered(netns) if netns else self.host)
+    def open_socket(self, tc: bool = True, netns: str = "") -> FakeSocket:
+        return FakeSocket(self, self._entered(netns) if netns else self.host, tc)
+
+    def has_device(self, name: str, netns: str = "") -> bool:
+        ns = self.namespaces.get(netns)
+        return ns is not None and ns.by_name(name) is not None
 
     def _entered(self, path: str) -> FakeNetns:
         if path not in self.namespaces:  # what common.netns.entered says
