@@ -25,11 +25,14 @@ from bandwidth.model import (
     Qdisc,
     Tbf,
 )
-from bandwidth.tbf import Psched, make_tbf
 from common.digest import sha512_hex
 from common.errors import CONFLICT, CniError, invalid_config
 from common.result import Result
 from common.values import Value
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from bandwidth.tbf import Psched
 
 IFB_PREFIX = "bwp"
 IFNAMSIZ = 15
@@ -117,6 +120,8 @@ class Plan(Value):
 
 def build(cfg: BandwidthConfig, placement: Placement, ifb: str, alias: str, psched: Psched) -> Plan:
     """`ifb` and `alias`: the attachment's ifb name and owner (`ifb_name`, `ifb_alias`)."""
+    from bandwidth.tbf import make_tbf  # not at the top: DEL and GC build no plan
+
     device = placement.device
     if placement.mode == HOST:
         leaving, arriving = cfg.ingress, cfg.egress

@@ -15,7 +15,9 @@ from bandwidth.plan import Ownership
 from common import jsontext as json
 from common import state
 from common.digest import sha256_hex
-from common.state import AttachmentStore, Flat, Key, flag, integer, name, one_of, plugin_dir, text
+from common.env import plugin_dir
+from common.jsonobj import flag, integer, non_empty, one_of, text
+from common.state import AttachmentStore, Flat, Key
 from common.values import field
 
 TYPE_CHECKING = False
@@ -43,9 +45,9 @@ class Record(state.Record):
     ownership: Ownership = field(default_factory=Ownership)
     KEYS = {
         "mode": Key("mode", one_of(HOST, CONTAINER), required=True),
-        "device": Key("device", name, required=True),
+        "device": Key("device", non_empty, required=True),
         "device_index": Key("deviceIndex", integer(1, MAX_IFINDEX), required=True),
-        "ifb": Key("ifb", name, required=True),
+        "ifb": Key("ifb", non_empty, required=True),
         "netns": Key("netns", text),
         "ownership": Flat(Ownership, {"device_tbf": Key("ownsDeviceTbf", flag),
                                       "ingress_qdisc": Key("ownsIngressQdisc", flag)}),

@@ -29,7 +29,6 @@ from bandwidth.model import (
     Qdisc,
     TbfParams,
 )
-from bandwidth.tbf import U32_MAX, Psched
 from common import rtnl
 from common.errors import KERNEL_FAILURE, CniError
 from common.rtnl import IFF_UP, NetlinkError, RtnlSocket
@@ -38,7 +37,10 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from bandwidth.tbf import Psched
+
 PSCHED = "/proc/net/psched"
+SIOCGIFINDEX = 0x8933  # linux/sockios.h: a device's ifindex by its name
 TCA_EGRESS_REDIR = 1
 MATCH_ALL = ["0x0/0x0+0"]  # u32: 0 under mask 0 at offset 0, i.e. every packet
 CREATE = rtnl.NLM_F_CREATE | rtnl.NLM_F_EXCL
@@ -66,6 +68,8 @@ _tcmsg_class: Any = None
 
 
 def read_psched(path: str = PSCHED) -> Psched:
+    from bandwidth.tbf import Psched  # not at the top: DEL and GC need no tc clock
+
     try:
         with open(path) as f:
             return Psched.parse(f.read())
@@ -109,6 +113,8 @@ def tbf_options(rate: int, buffer: int, limit: int) -> dict[str, Any]:
     in tc_ratespec when it fits in 32 bits, else U32_MAX there and the rate in RATE64
     (what tc does; Go sends the same RATE64). The rate table pyroute2 adds only serves
     the kernel's link-layer detection."""
+    from bandwidth.tbf import U32_MAX
+
     parms = {"rate": min(rate, U32_MAX), "buffer": buffer, "limit": limit}
     attrs: list[list[Any]] = [["TCA_TBF_PARMS", parms], ["TCA_TBF_RTAB", True]]
     if rate > U32_MAX:
@@ -196,12 +202,42 @@ def _filter(msg: Any) -> Filter:
 
 
 class Kernel:
-    """bandwidth's kernel port: an `Rtnl` in a network namespace is all the verbs ask of
-    the kernel (pyroute2 encodes and decodes every message on this side of the port)."""
+    """bandwidth's kernel port: an `Rtnl` in a network namespace, and whether a device is
+    there, are all the verbs ask of the kernel (pyroute2 encodes and decodes every
+    message on this side of the port)."""
 
     def rtnl(self, netns: str = "") -> Rtnl:
-        """An rtnetlink socket in the netns at path `netns` ("" = the one we run in)."""
-        return Rtnl(RtnlSocket(netns=netns))
+        """An rtnetlink socket in the netns at path `netns` ("" = the one we run in), for
+        link messages until its first tc message: pyroute2's tc modules cost more than
+        the rest of a call, and a DEL that finds nothing to remove (a second DEL, an
+        attachment that shaped nothing) sends no tc message."""
+        return Rtnl(RtnlSocket(tc=False, netns=netns))
+
+    def has_device(self, name: str, netns: str = "") -> bool:
+        """Whether the netns at `netns` ("": ours) has a device named `name`, asked with the
+        ioctl that if_nametoindex(3) makes rather than rtnetlink: a DEL without a record
+        learns this way that there is no ifb to remove before it loads pyroute2's message
+        classes, which cost more than the rest of such a call. The ioctl goes to the netns of
+        the socket it is made on (a netlink one: no other kind is opened here). A netns that
+        cannot be entered has nothing (as DEL's `entered_if_present` sees it); any answer but
+        "no such device" is True, and rtnetlink then looks."""
+        import fcntl
+        import struct
+        from contextlib import nullcontext
+
+        from common.netns import entered
+
+        try:
+            with entered(netns) if netns else nullcontext():
+                nl = rtnl.NetlinkSocket(rtnl.NETLINK_ROUTE)
+        except CniError:
+            return False
+        with nl:
+            try:
+                fcntl.ioctl(nl.sock.fileno(), SIOCGIFINDEX, struct.pack("16si", name.encode(), 0))
+            except OSError as e:
+                return e.errno != errno.ENODEV
+        return True
 
 
 class Rtnl:
@@ -211,7 +247,6 @@ class Rtnl:
     def __init__(self, nl: RtnlSocket) -> None:
         self.nl = nl
         self.m = self.nl.modules
-        self.tcmsg = tcmsg_class(self.m)
         # ifindex of the devices this socket's actions have resolved: the ifb just made is
         # named by three actions in a row (alias, tbf, redirect), one lookup serves them.
         self.indexes: dict[str, int] = {}
@@ -222,8 +257,12 @@ class Rtnl:
     def __exit__(self, *_: object) -> None:
         self.nl.close()
 
+    def _tc(self) -> Any:
+        """pyroute2's modules with the tc ones, loaded by the first tc message."""
+        return rtnl.pyroute2(tc=True)
+
     def _tcmsg(self, index: int, parent: int = 0, handle: int = 0, info: int = 0) -> Any:
-        msg = self.tcmsg()
+        msg = tcmsg_class(self._tc())()
         msg["index"], msg["parent"], msg["handle"], msg["info"] = index, parent, handle, info
         return msg
 
@@ -350,7 +389,7 @@ class Rtnl:
         elif isinstance(action, plan.AddRedirect):
             redirect = {"kind": "mirred", "direction": "egress", "action": "redirect",
                         "ifindex": self._index(action.ifb)}  # fmt: skip
-            options = self.m.cls_u32.get_parameters(
+            options = self._tc().cls_u32.get_parameters(
                 {"target": FLOW_ID, "keys": MATCH_ALL, "action": redirect}
             )
             info = (FILTER_PRIO << 16) | htons(ETH_P_ALL)

@@ -1,15 +1,15 @@
 """bandwidth's verbs: parse -> plan -> apply -> report, and DEL/CHECK/GC/STATUS from the
-same pieces (see plan.py for the reasoning, tc.py for the kernel side)."""
+same pieces (see plan.py for the reasoning, tc.py for the kernel side).
+
+Most attachments are not shaped, and an ADD of one passes prevResult through: this module
+imports only what that needs, and each verb the rest (the plan, the records, contextlib)
+once it has something to do.
+"""
 
 from __future__ import annotations
 
-from contextlib import ExitStack
-
-from bandwidth import config, plan, record
-from bandwidth.model import CONTAINER, HOST, Link
-from bandwidth.plan import Ownership, Placement, Plan
-from bandwidth.record import Record
-from common.attachment import Engine
+from bandwidth import config
+from bandwidth.model import CONTAINER, HOST
 from common.errors import (
     CHECK_FAILED,
     INVALID_CONFIG,
@@ -17,14 +17,18 @@ from common.errors import (
     CniError,
     invalid_config,
 )
-from common.netns import entered_if_present
-from common.result import Interface, Result
-from common.skel import Request
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from bandwidth.model import Observed
+    from contextlib import ExitStack
+
+    from bandwidth.model import Link, Observed
+    from bandwidth.plan import Ownership, Placement, Plan
+    from bandwidth.record import Record
     from bandwidth.tc import Kernel, Rtnl
+    from common.attachment import Engine
+    from common.result import Result
+    from common.skel import Request
     from common.state import Owner
 
 
@@ -39,6 +43,9 @@ def _kernel(request: Request) -> Kernel:
 
 
 def _engine(request: Request) -> Engine:
+    from bandwidth import record
+    from common.attachment import Engine
+
     return Engine(record.store(request.log), request.log)
 
 
@@ -60,7 +67,7 @@ def _locate_and_plan(
 
     `gone`: the code when the interface is not there; for ADD a config error (nothing
     to shape yet), for CHECK a finding (what was shaped went away, e.g. with its netns)."""
-    from bandwidth import tc
+    from bandwidth import plan, tc
 
     prev = _prev_result(request)
     psched = tc.read_psched()
@@ -92,6 +99,8 @@ def _locate_and_plan(
 
 def _names(owner: Owner) -> tuple[str, str]:
     """The attachment's ifb: its name and its alias."""
+    from bandwidth import plan
+
     return (
         plan.ifb_name(owner.network, owner.container_id),
         plan.ifb_alias(owner.network, owner.container_id, owner.ifname),
@@ -105,6 +114,12 @@ def add(request: Request) -> Result | None:
     cfg = config.parse(request.conf)
     if not cfg.shapes_anything:
         return None  # nothing to shape: pass prevResult through, like upstream
+    from contextlib import ExitStack
+
+    from bandwidth import plan
+    from bandwidth.plan import Ownership
+    from bandwidth.record import Record
+
     ifb, alias = _names(request)
     with ExitStack() as stack:
         placement, want, sock = _locate_and_plan(request, cfg, stack)
@@ -147,6 +162,9 @@ def _remove(
     sock: Rtnl, mode: str, device: Link | None, owned: Ownership, ifb: str, alias: str
 ) -> None:
     """Take away what the attachment owns on `device` (None: gone) and its ifb."""
+    from bandwidth import plan
+    from bandwidth.plan import Plan
+
     empty = Plan(mode, device.name if device is not None else "")
     observed = sock.observe(device, ifb, ifb_qdisc=False)
     result = plan.reconcile(empty, observed, owned, ifb=ifb, alias=alias)
@@ -157,6 +175,8 @@ def _report(prev: Result, placement: Placement, ifb: Link | None, netns: str) ->
     """prevResult plus the ifb (upstream appends it with its name and MAC)."""
     if ifb is None:
         return prev
+    from common.result import Interface
+
     sandbox = netns if placement.mode == CONTAINER else ""
     iface = Interface(name=ifb.name, mac=ifb.mac, sandbox=sandbox)
     at = prev.interface_index(ifb.name, in_sandbox=bool(sandbox))
@@ -176,7 +196,15 @@ def _teardown(kernel: Kernel, host: Rtnl, rec: Record | None, netns: str, ifname
 
     Where to look comes from the attachment's state file; without one (lost, or an
     attachment made by upstream's plugin), from the container interface as ADD would.
+    Without one, the only things known to be the attachment's are the ifb named after it
+    and the redirect to that ifb: when there is no such ifb (an attachment that shaped
+    nothing, a second DEL) there is nothing to remove, found with link messages alone.
     """
+    from contextlib import ExitStack
+
+    from bandwidth.plan import Ownership
+    from common.netns import entered_if_present
+
     with ExitStack() as stack:
         mode, sock, device = HOST, host, None
         owned = rec.ownership if rec is not None else Ownership()
@@ -199,6 +227,8 @@ def _teardown(kernel: Kernel, host: Rtnl, rec: Record | None, netns: str, ifname
                 peer = host.link(index=container_if.peer_index)
                 if peer is not None and peer.peer_index == container_if.index:
                     device = peer
+        if rec is None and sock.link(ifb) is None:
+            return
         _remove(sock, mode, device, owned, ifb, alias)
 
 
@@ -207,6 +237,10 @@ def delete(request: Request) -> None:
     kernel = _kernel(request)
 
     def teardown(rec: Record | None) -> None:
+        # Without a record only the ifb named after the attachment can be ours (see
+        # _teardown); when neither netns has a device of that name, nothing is left.
+        if rec is None and not any(kernel.has_device(ifb, ns) for ns in {"", request.netns}):
+            return
         with kernel.rtnl() as host:
             _teardown(kernel, host, rec, request.netns, request.ifname, ifb=ifb, alias=alias)
 
@@ -215,6 +249,7 @@ def delete(request: Request) -> None:
 
 def gc(request: Request) -> None:
     """Remove the shaping of every attachment on this network that is not still valid."""
+    from bandwidth import plan
     from common.gc import AttachmentId, valid_attachments
 
     valid = valid_attachments(request.conf.body)
@@ -225,7 +260,7 @@ def gc(request: Request) -> None:
         def teardown(rec: Record) -> None:
             _teardown(kernel, host, rec, "", rec.ifname, ifb=rec.ifb, alias=_names(rec)[1])
 
-        # Records nobody can use (damaged files; their names do not say whose) go too:
+        # Records nobody can use (damaged files; what they held cannot say whose) go too:
         # the ifbs they described are found by their aliases below.
         with _engine(request).collecting(network, valid, teardown, unusable="") as alive:
             # ifbs whose state file is gone still name their owner in their alias.
@@ -244,6 +279,10 @@ def check(request: Request) -> None:
     _prev_result(request)
     if not cfg.shapes_anything:
         return
+    from contextlib import ExitStack
+
+    from bandwidth import plan
+
     ifb, _ = _names(request)
     with ExitStack() as stack:
         placement, want, sock = _locate_and_plan(request, cfg, stack, gone=CHECK_FAILED)
@@ -279,7 +318,7 @@ def status(request: Request) -> None:
     try:
         import importlib.util
 
-        from bandwidth import tc
+        from bandwidth import record, tc
 
         if importlib.util.find_spec("pyroute2") is None:
             raise ImportError("pyroute2 is not installed")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import os
+import posix  # not os: a call that passes through needs nothing else of it
 
 from common.errors import INVALID_ENVIRONMENT, INVALID_NETNS, CniError
 from common.values import Value, field
@@ -66,6 +66,22 @@ def validate_ifname(name: str, what: str = "CNI_IFNAME") -> None:
         raise CniError(INVALID_ENVIRONMENT, f"invalid {what} {name[:40]!r}", problem)
 
 
+DEFAULT_STATE_ROOT = "/run/cni/meta-plugins"
+STATE_ROOT_ENV = "CNI_META_STATE_ROOT"
+
+
+def plugin_dir(plugin: str, environ: Mapping[str, str] | None = None, default: str = "") -> str:
+    """<state root>/<plugin>; `default` instead when CNI_META_STATE_ROOT is not set (tuning
+    keeps Go's /run/cni/tuning). Here, not in common.state: tuning's config names its
+    dataDir with it, and a call that passes through needs no state store."""
+    import os
+
+    root = (os.environ if environ is None else environ).get(STATE_ROOT_ENV)
+    if not root and default:
+        return default
+    return os.path.join(root or DEFAULT_STATE_ROOT, plugin)
+
+
 def parse_cni_args(text: str) -> dict[str, str]:
     """CNI_ARGS 'K=V;K2=V2' -> dict. Empty pairs are skipped; a pair without '=' is an error."""
     out: dict[str, str] = {}
@@ -122,7 +138,7 @@ def read_invocation(environ: Mapping[str, str]) -> Invocation:
         container_id=cid,
         netns=netns,
         ifname=ifname,
-        path=tuple(p for p in environ.get("CNI_PATH", "").split(os.pathsep) if p),
+        path=tuple(p for p in environ.get("CNI_PATH", "").split(":") if p),
         cni_args=parse_cni_args(environ.get("CNI_ARGS", "")),
     )
 
@@ -130,14 +146,14 @@ def read_invocation(environ: Mapping[str, str]) -> Invocation:
 def check_netns_path(path: str, *, must_exist: bool) -> None:
     """The netns must be a namespace file, and not the one we run in (error 8)."""
     try:
-        target = os.stat(path)
+        target = posix.stat(path)
     except FileNotFoundError:
         if must_exist:
             raise CniError(INVALID_NETNS, f"network namespace {path} does not exist") from None
         return
     except OSError as e:
         raise CniError(INVALID_NETNS, f"cannot open network namespace {path}", str(e)) from None
-    own = os.stat("/proc/self/ns/net")
+    own = posix.stat("/proc/self/ns/net")
     if target.st_dev != own.st_dev:
         # nsfs files share one device; anything else (a regular file, a typo'd dir) is not a ns.
         raise CniError(INVALID_NETNS, f"{path} is not a network namespace")

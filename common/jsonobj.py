@@ -12,7 +12,7 @@ from common.errors import invalid_config
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Callable, Iterable, Mapping
     from typing import Any
 
 _MISSING: Any = object()
@@ -120,3 +120,51 @@ class JsonObject:
         """A JSON array of objects, each wrapped; absent means empty."""
         items = self.array(key) or []
         return [JsonObject.of(item, f"{self.path(key)}[{i}]") for i, item in enumerate(items)]
+
+
+# ---------------------------------------------------------------------------- one value
+# Checks of one JSON value that is present and not null, as the record codecs use them
+# (common.state.Key): each returns the value or raises ValueError saying what it is not
+# (the caller puts the key in front of it).
+
+
+def text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError("is not a string")
+    return value
+
+
+def non_empty(value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise ValueError("is not a non-empty string")
+    return value
+
+
+def flag(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError("is not true or false")
+    return value
+
+
+def listed(value: Any) -> list[Any]:
+    if not isinstance(value, list):
+        raise ValueError("is not a list")
+    return value
+
+
+def integer(low: int, high: int) -> Callable[[Any], int]:
+    def decode(value: Any) -> int:
+        if type(value) is not int or not low <= value <= high:  # (a bool is an int too)
+            raise ValueError(f"is not an integer from {low} to {high}")
+        return value
+
+    return decode
+
+
+def one_of(*choices: str) -> Callable[[Any], str]:
+    def decode(value: Any) -> str:
+        if value not in choices:
+            raise ValueError(f"is none of {', '.join(map(repr, choices))}")
+        return str(value)
+
+    return decode

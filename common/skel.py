@@ -158,6 +158,15 @@ def _command(environ: Mapping[str, str] | None) -> str:
     return posix.environ.get(b"CNI_COMMAND", b"").decode("utf-8", "surrogateescape")
 
 
+def _environ() -> dict[str, str]:
+    """The environment as os.environ has it, read without importing `os` (a call that
+    passes through needs nothing else of it): `posix.environ` decoded the way os does."""
+    import posix
+
+    code, errors = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
+    return {k.decode(code, errors): v.decode(code, errors) for k, v in posix.environ.items()}
+
+
 def run(
     plugin: Plugin,
     *,
@@ -180,9 +189,7 @@ def run(
         _emit(out, version_answer(data))
         return 0
     if environ is None:
-        import os
-
-        environ = os.environ
+        environ = _environ()
     error_version = ""  # the config's, once it parsed (else guessed from stdin on failure)
     log = _make_log(plugin.name, None, environ)
     try:

@@ -13,15 +13,16 @@ import errno
 import fcntl
 import os
 import stat
-from contextlib import contextmanager, suppress
 
 from common import jsontext as json
 from common.errors import IO_FAILURE, TRY_AGAIN_LATER, CniError
+from common.jsonobj import flag, non_empty
 from common.values import Value
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Mapping
+    from collections.abc import Callable
+    from contextlib import AbstractContextManager
     from typing import Any, ClassVar, Protocol, Self
 
     from common.gc import AttachmentId
@@ -49,8 +50,6 @@ if TYPE_CHECKING:
     Stamps = dict[str, tuple[int, int]]
     Keys = dict[str, "Key | Flat"]
 
-DEFAULT_ROOT = "/run/cni/meta-plugins"
-ROOT_ENV = "CNI_META_STATE_ROOT"
 LOCK_TIMEOUT_ENV = "CNI_META_LOCK_TIMEOUT"
 DEFAULT_LOCK_TIMEOUT = 30.0
 TMP_SUFFIX = ".tmp"  # <name>.tmp: the replacement being written (see write_json)
@@ -102,6 +101,8 @@ def open_directory(path: str, *, create: bool = False) -> int | None:
             except FileNotFoundError:
                 if not create:
                     return None
+                from contextlib import suppress  # not at the top: a DEL that only reads
+
                 with suppress(FileExistsError):
                     os.mkdir(name, 0o700, dir_fd=fds[-1])
                 fd = os.open(name, _DIR, dir_fd=fds[-1])
@@ -131,15 +132,6 @@ def open_directory(path: str, *, create: bool = False) -> int | None:
     finally:
         for fd in fds:
             os.close(fd)
-
-
-def plugin_dir(plugin: str, environ: Mapping[str, str] | None = None, default: str = "") -> str:
-    """<state root>/<plugin>; `default` instead when CNI_META_STATE_ROOT is not set (tuning
-    keeps Go's /run/cni/tuning)."""
-    root = (os.environ if environ is None else environ).get(ROOT_ENV)
-    if not root and default:
-        return default
-    return os.path.join(root or DEFAULT_ROOT, plugin)
 
 
 def safe_file_name(*parts: str) -> str:
@@ -273,6 +265,8 @@ class StateDir:
         if self._stat(name) is None and self._create_whole(name, payload):
             return
         tmp = name + TMP_SUFFIX
+        from contextlib import suppress
+
         try:
             # a killed writer's leftover; O_EXCL below never reuses one
             with suppress(FileNotFoundError):
@@ -344,17 +338,16 @@ class StateDir:
             [] if dir_fd is None else sorted(n for n in os.listdir(dir_fd) if n.endswith(".json"))
         )
 
-    @contextmanager
-    def lock(self, name: str = "", timeout: float | None = None) -> Iterator[None]:
-        """An exclusive lock between plugin processes; error 11 when it stays taken.
+    def lock(self, name: str = "", timeout: float | None = None) -> AbstractContextManager[None]:
+        """An exclusive lock between plugin processes, taken when the `with` block is
+        entered; error 11 when it stays taken.
 
         The lock file stays after the block, on purpose: a waiter on an unlinked file and a
         newcomer locking a fresh one would be two holders at once.
         """
         self.ensure()
         name = name or self.lock_name
-        with flock_with_deadline(self.path(name), timeout, dir_fd=self._fd):
-            yield
+        return flock_with_deadline(self.path(name), timeout, dir_fd=self._fd)
 
 
 class AttachmentStore(StateDir):
@@ -509,7 +502,8 @@ class AttachmentStore(StateDir):
 #     class Shaping(Record):
 #         device: str = ""
 #         netns: str = ""
-#         KEYS = {"device": Key("device", name, required=True), "netns": Key("netns", text)}
+#         KEYS = {"device": Key("device", non_empty, required=True),
+#                 "netns": Key("netns", text)}
 #
 # Decoding is the same for every type. An absent key (or null) gives the field's default,
 # but for a `required` key of a strict record, which is unusable without it. A value its
@@ -530,53 +524,6 @@ def tagged_name(network: str, container_id: str, ifname: str) -> str:
 
     raw = "\0".join((network, container_id, ifname)).encode()
     return f"{sha256_hex(network.encode())[:8]}-{sha256_hex(raw)[:16]}.json"
-
-
-# ---------------------------------------------------------------------------- decoders
-# Each takes a JSON value that is present and not null, and returns the field's value or
-# raises ValueError saying what the value is not (the key is put in front of it).
-
-
-def text(value: Any) -> str:
-    if not isinstance(value, str):
-        raise ValueError("is not a string")
-    return value
-
-
-def name(value: Any) -> str:
-    if not isinstance(value, str) or not value:
-        raise ValueError("is not a non-empty string")
-    return value
-
-
-def flag(value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError("is not true or false")
-    return value
-
-
-def listed(value: Any) -> list[Any]:
-    if not isinstance(value, list):
-        raise ValueError("is not a list")
-    return value
-
-
-def integer(low: int, high: int) -> Callable[[Any], int]:
-    def decode(value: Any) -> int:
-        if type(value) is not int or not low <= value <= high:  # (a bool is an int too)
-            raise ValueError(f"is not an integer from {low} to {high}")
-        return value
-
-    return decode
-
-
-def one_of(*choices: str) -> Callable[[Any], str]:
-    def decode(value: Any) -> str:
-        if value not in choices:
-            raise ValueError(f"is none of {', '.join(map(repr, choices))}")
-        return str(value)
-
-    return decode
 
 
 def _same(value: Any) -> Any:
@@ -602,9 +549,9 @@ class Flat(Value):
 
 # A strict record is nobody's without its owner.
 BASE_KEYS: Keys = {
-    "network": Key("network", name, required=True),
-    "container_id": Key("containerID", name, required=True),
-    "ifname": Key("ifname", name, required=True),
+    "network": Key("network", non_empty, required=True),
+    "container_id": Key("containerID", non_empty, required=True),
+    "ifname": Key("ifname", non_empty, required=True),
     "committed": Key("committed", flag),
 }
 
@@ -732,11 +679,8 @@ def _flock(fd: int, path: str, timeout: float) -> bool:
         signal.signal(signal.SIGALRM, previous)
 
 
-@contextmanager
-def flock_with_deadline(
-    path: str, timeout: float | None = None, *, dir_fd: int | None = None
-) -> Iterator[None]:
-    """Hold an exclusive flock on `path` (created if missing) for the block.
+class flock_with_deadline:  # lower case: called like the function it was
+    """Hold an exclusive flock on `path` (created if missing) for the `with` block.
 
     Error 11 (try again later) when it is still taken after `timeout` seconds (default:
     CNI_META_LOCK_TIMEOUT): a runtime retries, where a flock without deadline would hang
@@ -744,21 +688,35 @@ def flock_with_deadline(
     leaves a lock behind. A lock belongs to the open file description: a child forked
     inside the block holds it too until it exits. With `dir_fd`, `path` is opened by its
     last component in that directory (StateDir: the directory it checked).
+
+    A class rather than a @contextmanager generator: contextlib (with functools and
+    collections) is not otherwise loaded by a DEL that finds nothing to do.
     """
-    if timeout is None:
-        timeout = lock_timeout()
-    try:
-        name = path if dir_fd is None else os.path.basename(path)
-        fd = os.open(name, os.O_RDWR | os.O_CREAT | _NOFOLLOW, 0o600, dir_fd=dir_fd)
-    except OSError as e:
-        raise CniError(IO_FAILURE, f"cannot open lock file {path}", str(e)) from None
-    try:
-        if not _flock(fd, path, timeout):
-            raise CniError(
-                TRY_AGAIN_LATER,
-                f"another plugin call holds {path}",
-                f"waited {timeout:g}s ({LOCK_TIMEOUT_ENV}); try again later",
-            )
-        yield
-    finally:
-        os.close(fd)  # closing releases the flock
+
+    __slots__ = ("dir_fd", "fd", "path", "timeout")
+
+    def __init__(self, path: str, timeout: float | None = None, *, dir_fd: int | None = None):
+        self.path, self.timeout, self.dir_fd, self.fd = path, timeout, dir_fd, -1
+
+    def __enter__(self) -> None:
+        path = self.path
+        timeout = lock_timeout() if self.timeout is None else self.timeout
+        try:
+            name = path if self.dir_fd is None else os.path.basename(path)
+            fd = os.open(name, os.O_RDWR | os.O_CREAT | _NOFOLLOW, 0o600, dir_fd=self.dir_fd)
+        except OSError as e:
+            raise CniError(IO_FAILURE, f"cannot open lock file {path}", str(e)) from None
+        try:
+            if not _flock(fd, path, timeout):
+                raise CniError(
+                    TRY_AGAIN_LATER,
+                    f"another plugin call holds {path}",
+                    f"waited {timeout:g}s ({LOCK_TIMEOUT_ENV}); try again later",
+                )
+        except BaseException:
+            os.close(fd)
+            raise
+        self.fd = fd
+
+    def __exit__(self, *_: object) -> None:
+        os.close(self.fd)  # closing releases the flock

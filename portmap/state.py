@@ -9,8 +9,10 @@ still covers whatever reached the kernel.
 
 from __future__ import annotations
 
+from common.env import plugin_dir
 from common.errors import CONFLICT, CniError
-from common.state import AttachmentStore, Key, Record, listed, plugin_dir, text
+from common.jsonobj import listed, text
+from common.state import AttachmentStore, Key, Record
 from common.values import field
 from portmap.config import Attachment, network_tag
 

@@ -3,21 +3,35 @@
 The host-side extras that do not depend on the backend live here too: route_localnet on
 the interface toward the container (so 127.0.0.1:hostPort can be forwarded) and the UDP
 conntrack flush after ADD and DEL.
+
+A pod without port mappings passes prevResult through on ADD: this module imports only
+what that needs (the config), each verb the rest once it has something to do.
 """
 
 from __future__ import annotations
 
 from common.errors import CHECK_FAILED, KERNEL_FAILURE, CniError, invalid_config
-from common.log import Log
+from portmap import config as cfg
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from common.log import Log
+    from common.result import Result
+    from common.skel import Request
+    from portmap.plan import Plan, UdpTargets
+
 
 # The seams for route_localnet that unit tests replace (tests/harness/fake_portmap.py).
-from common.netns import read_sysctl, write_sysctl
-from common.result import Result
-from common.skel import Request
-from portmap import backend as backends
-from portmap import config as cfg
-from portmap import state
-from portmap.plan import Plan, UdpTargets, make_plan
+def read_sysctl(file: str) -> str:
+    from common.netns import read_sysctl
+
+    return read_sysctl(file)
+
+
+def write_sysctl(file: str, value: str) -> None:
+    from common.netns import write_sysctl
+
+    write_sysctl(file, value)
 
 
 def attachment(request: Request) -> cfg.Attachment:
@@ -81,6 +95,10 @@ def add(request: Request) -> Result | None:
         )
     if not config.mappings:
         return None  # pass prevResult through, in the config's cniVersion
+    from portmap import backend as backends
+    from portmap import state
+    from portmap.plan import make_plan
+
     sd = state.store(request.log)
     backend = backends.choose(config.options, sd, request.log)
     plan = make_plan(config, attachment(request), prev, backend.name)
@@ -102,6 +120,10 @@ def add(request: Request) -> Result | None:
 
 
 def delete(request: Request) -> None:
+    from portmap import backend as backends
+    from portmap import state
+    from portmap.plan import make_plan
+
     att = attachment(request)
     sd = state.store(request.log)
     try:
@@ -138,6 +160,10 @@ def check(request: Request) -> None:
         raise invalid_config("CHECK needs a prevResult", "the configuration has no prevResult")
     if not config.mappings:
         return
+    from portmap import backend as backends
+    from portmap import state
+    from portmap.plan import make_plan
+
     sd = state.store(request.log)
     backend = backends.choose(config.options, sd, request.log)
     plan = make_plan(config, attachment(request), prev, backend.name)
@@ -166,6 +192,8 @@ def check(request: Request) -> None:
 
 def gc(request: Request) -> None:
     from common.gc import valid_attachments
+    from portmap import backend as backends
+    from portmap import state
 
     config = cfg.parse(request.conf)
     sd = state.store(request.log)
@@ -186,5 +214,8 @@ def gc(request: Request) -> None:
 
 
 def status(request: Request) -> None:
+    from portmap import backend as backends
+    from portmap import state
+
     config = cfg.parse(request.conf)
     backends.choose(config.options, state.store(), request.log).status()

@@ -70,6 +70,11 @@ SHAPED = f"""host
 ctr
   4 eth0 veth mtu 1500 up peer host:3
 """
+UNSHAPED = """host
+  3 veth1 veth mtu 1500 up peer ctr:4
+ctr
+  4 eth0 veth mtu 1500 up peer host:3
+"""
 # The redirect filter goes with the ingress qdisc: no request of its own, unless the
 # qdisc stays (not known to be ours, or others' filters use it).
 REMOVE_FILTER = "host: RTM_DELTFILTER dev veth1 parent ffff: prio 1 protocol all\n"
@@ -159,6 +164,22 @@ def test_a_macvlan_is_shaped_inside_the_container(kernel: FakeKernel) -> None:
     assert dump.startswith("host\nctr\n  3 eth0 macvlan")
     assert f"  4 {IFB} ifb" in dump and "filter u32 dev eth0 parent ffff:" in dump
     assert {line.split(":")[0] for line in kernel.sent().splitlines()} == {"ctr"}
+
+
+def test_del_without_a_record_finds_the_ifb_inside_the_container(
+    kernel: FakeKernel, tmp_path: Path
+) -> None:
+    # The ifb of a macvlan lives in the container netns: the look for it before any
+    # rtnetlink (tc.has_device) must ask there too, not only the host.
+    netns = kernel.add_netns("ctr")
+    kernel.add_link(kernel.ns(netns), "eth0", "macvlan")
+    assert kernel.run("bandwidth", "ADD", conf(netns, host_if="none"), netns=netns)[0] == 0
+    for record in (tmp_path / "state").rglob("*.json"):
+        record.unlink()
+    kernel.sent()
+    assert kernel.run("bandwidth", "DEL", conf(netns, host_if="none"), netns=netns) == (0, None)
+    assert f"ctr: RTM_DELLINK dev {IFB}\n" in kernel.sent()
+    assert IFB not in kernel.dump()
 
 
 # ---------------------------------------------------------------------------- CHECK
@@ -287,6 +308,33 @@ def test_gc_removes_the_shaping_of_a_record_written_by_the_previous_version(
     assert kernel.run("bandwidth", "GC", gc, netns="") == (0, None)
     assert kernel.sent() == REMOVE
     assert (kernel.dump(), records(tmp_path)) == (before, [])
+
+
+@pytest.mark.parametrize("first", ["unshaped", "shaped"])
+def test_del_without_a_record_or_an_ifb_opens_no_rtnetlink_socket(
+    kernel: FakeKernel, monkeypatch: pytest.MonkeyPatch, first: str
+) -> None:
+    # What containerd's second DEL of every pod and any DEL of an unshaped pod find:
+    # nothing to remove, learned without pyroute2 (whose message classes cost more than
+    # the rest of the call; see tc.has_device).
+    netns = world(kernel)
+    if first == "shaped":
+        add(kernel, netns)
+        assert kernel.run("bandwidth", "DEL", conf(netns), netns=netns) == (0, None)
+    else:
+        unshaped = conf(netns, capabilities={"bandwidth": True})  # and no rates
+        assert kernel.run("bandwidth", "ADD", unshaped, netns=netns)[0] == 0
+    opened: list[str] = []
+    real_open = kernel.open_socket
+
+    def open_socket(tc: bool = True, netns: str = "") -> Any:
+        opened.append(netns or "host")
+        return real_open(tc, netns)
+
+    monkeypatch.setattr(kernel, "open_socket", open_socket)
+    assert kernel.run("bandwidth", "DEL", conf(netns), netns=netns) == (0, None)
+    assert opened == []
+    assert kernel.dump() == UNSHAPED
 
 
 # ---------------------------------------------------------------------------- GC / STATUS

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from common.state import Flat, Key, Record, integer, name, tagged_name, text
+from common.jsonobj import integer, non_empty, text
+from common.state import Flat, Key, Record, tagged_name
 from common.values import Value
 from portmap.config import Attachment
 from portmap.state import Recorded
@@ -21,7 +22,7 @@ class Strict(Record):
     note: str = ""
     limits: Limits = Limits()
     KEYS = {
-        "device": Key("device", name, required=True),
+        "device": Key("device", non_empty, required=True),
         "note": Key("note", text),
         "limits": Flat(
             Limits, {"low": Key("low", integer(0, 9)), "high": Key("hi", integer(0, 9))}

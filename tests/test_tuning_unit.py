@@ -14,20 +14,18 @@ from common.env import Invocation
 from common.errors import INVALID_CONFIG, CniError
 from common.gc import AttachmentId
 from common.result import Result
-from tuning import allowlist
+from tuning import config
 from tuning.apply import check_link_fits, resolve_sysctl
+from tuning.backup import Backup, BackupStore, originals
 from tuning.config import LinkSettings, TuningConf, parse, parse_mac
 from tuning.plan import (
-    Backup,
     LinkState,
     link_differences,
     make_plan,
-    originals,
     report,
     same_sysctl_value,
     sysctl_differences,
 )
-from tuning.verbs import BackupStore
 
 MAC_CONF, MAC_ENV, MAC_RC, MAC_ARGS = (
     "02:00:00:00:00:01",
@@ -275,7 +273,7 @@ def test_allowlist_path_can_be_overridden_by_environment() -> None:
 
 
 def test_allowlist_patterns_match_the_whole_key() -> None:
-    allow = allowlist.parse(
+    allow = config.parse_allowlist(
         "a", "# comment\n\n^net\\.core\\.somaxconn$\nnet.ipv4.conf.IFNAME.acc\n"
     )
     assert allow.permits("net.core.somaxconn")
@@ -286,7 +284,7 @@ def test_allowlist_patterns_match_the_whole_key() -> None:
 
 
 def test_allowlist_prefix_patterns_written_for_go_allow_their_subtree() -> None:
-    allow = allowlist.parse("a", "^net\\.ipv4\\.conf\\.\n^net\\.core\\.\n")
+    allow = config.parse_allowlist("a", "^net\\.ipv4\\.conf\\.\n^net\\.core\\.\n")
     assert allow.permits("net.ipv4.conf.eth0.rp_filter")
     assert allow.permits("net.ipv4.conf.IFNAME.accept_redirects")
     assert allow.permits("net.core.somaxconn")
@@ -297,17 +295,17 @@ def test_allowlist_prefix_patterns_written_for_go_allow_their_subtree() -> None:
 
 def test_allowlist_match_must_end_at_a_part_boundary() -> None:
     # Go's regexp.MatchString would allow the _evil key: the pattern occurs in it
-    allow = allowlist.parse("a", "net\\.core\\.somaxconn\n^net\\.ipv4\\.conf\\.IFNAME\n")
+    allow = config.parse_allowlist("a", "net\\.core\\.somaxconn\n^net\\.ipv4\\.conf\\.IFNAME\n")
     assert allow.permits("net.core.somaxconn")
     assert not allow.permits("net.core.somaxconn_evil")
     assert allow.permits("net.ipv4.conf.IFNAME.rp_filter")  # ends right before a "."
     assert not allow.permits("net.ipv4.conf.IFNAMEX.rp_filter")
     # an explicit $ still means the end of the key
-    assert not allowlist.parse("a", "^net\\.core$").permits("net.core.somaxconn")
+    assert not config.parse_allowlist("a", "^net\\.core$").permits("net.core.somaxconn")
 
 
 def test_allowlist_match_must_start_at_a_part_boundary() -> None:
-    allow = allowlist.parse("a", "somaxconn\nipv4\\.conf\n")
+    allow = config.parse_allowlist("a", "somaxconn\nipv4\\.conf\n")
     assert allow.permits("net.core.somaxconn")  # a whole part, as Go would too
     assert allow.permits("net.ipv4.conf.eth0.rp_filter")
     assert not allow.permits("net.core.xsomaxconn")
@@ -316,7 +314,7 @@ def test_allowlist_match_must_start_at_a_part_boundary() -> None:
 
 def test_allowlist_keys_with_slashes_separate_only_at_slashes() -> None:
     # sysctl(8): in a key with "/", dots are literal (eth0.100 is one interface name)
-    allow = allowlist.parse("a", "^net/ipv4/conf/eth0\n")
+    allow = config.parse_allowlist("a", "^net/ipv4/conf/eth0\n")
     assert allow.permits("net/ipv4/conf/eth0/rp_filter")
     assert not allow.permits("net/ipv4/conf/eth0.100/rp_filter")
 
@@ -341,7 +339,7 @@ GO_DEFAULT_ALLOWLIST = """\
 
 
 def test_allowlist_of_go_deployments_means_the_same_here() -> None:
-    allow = allowlist.parse("a", GO_DEFAULT_ALLOWLIST)
+    allow = config.parse_allowlist("a", GO_DEFAULT_ALLOWLIST)
     for line in GO_DEFAULT_ALLOWLIST.split():
         assert allow.permits(line.strip("^$")), line
     assert not allow.permits("net.ipv4.conf.IFNAME.rp_filter")
@@ -351,7 +349,7 @@ def test_allowlist_of_go_deployments_means_the_same_here() -> None:
 
 
 def test_allowlist_leading_inline_flags_are_kept() -> None:
-    allow = allowlist.parse("a", "(?i)^NET\\.CORE\\.SOMAXCONN$")
+    allow = config.parse_allowlist("a", "(?i)^NET\\.CORE\\.SOMAXCONN$")
     assert allow.permits("net.core.somaxconn")
     assert not allow.permits("net.core.somaxconn_x")
 
@@ -359,22 +357,22 @@ def test_allowlist_leading_inline_flags_are_kept() -> None:
 def test_allowlist_refusal_names_the_key_and_the_file(tmp_path: Path) -> None:
     path = tmp_path / "allow.conf"
     path.write_text("net\\.core\\..*\n")
-    allow = allowlist.load(str(path))
-    allowlist.refuse_unlisted(allow, ["net.core.somaxconn"])
+    allow = config.load_allowlist(str(path))
+    config.refuse_unlisted(allow, ["net.core.somaxconn"])
     with pytest.raises(CniError) as info:
-        allowlist.refuse_unlisted(allow, ["net.core.somaxconn", "net.ipv4.ip_forward"])
+        config.refuse_unlisted(allow, ["net.core.somaxconn", "net.ipv4.ip_forward"])
     assert info.value.code == INVALID_CONFIG
     assert "net.ipv4.ip_forward" in info.value.msg and str(path) in info.value.msg
     assert "net\\.core\\..*" in info.value.details  # the line as written
 
 
 def test_missing_allowlist_allows_everything_and_a_broken_one_is_an_error(tmp_path: Path) -> None:
-    assert allowlist.load(str(tmp_path / "none.conf")) is None
-    allowlist.refuse_unlisted(None, ["net.anything"])
+    assert config.load_allowlist(str(tmp_path / "none.conf")) is None
+    config.refuse_unlisted(None, ["net.anything"])
     bad = tmp_path / "bad.conf"
     bad.write_text("net\\.core\\.(\n")
     with pytest.raises(CniError) as info:
-        allowlist.load(str(bad))
+        config.load_allowlist(str(bad))
     assert "line 1" in info.value.msg
 
 

@@ -10,8 +10,9 @@ from common.attachment import UndoFailed
 from common.errors import INVALID_CONFIG, KERNEL_FAILURE, CniError, invalid_config
 from common.netns import entered, read_sysctl, write_sysctl
 from common.values import Value
+from tuning.backup import Backup, originals
 from tuning.config import LINK_OPTIONS, LinkSettings
-from tuning.plan import Backup, LinkState, Plan, SysctlWrite, originals
+from tuning.plan import LinkState, Plan, SysctlWrite
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -2,83 +2,56 @@
 
 The backup file is read, written and removed under one lock per dataDir, held for the
 whole verb: an ADD and a DEL (or GC) of the same attachment never interleave.
+
+A config with nothing to tune passes prevResult through on ADD: this module imports only
+what that needs (the config and the plan), each verb the rest once it has work to do.
 """
 
 from __future__ import annotations
 
-import os
-
-from common.attachment import Engine
-from common.errors import (
-    CHECK_FAILED,
-    INVALID_CONFIG,
-    KERNEL_FAILURE,
-    STATUS_UNAVAILABLE,
-    CniError,
-)
-from common.netns import entered_if_present
-from common.result import Result
-from common.skel import Request
-from common.state import AttachmentStore
-from tuning import allowlist, apply, config
-from tuning.plan import (
-    LOCK_NAME,
-    Backup,
-    link_differences,
-    make_plan,
-    originals,
-    report,
-    sysctl_differences,
-)
+from common.errors import CHECK_FAILED, KERNEL_FAILURE, STATUS_UNAVAILABLE, CniError
+from tuning import config
+from tuning.plan import make_plan, report
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from common.state import Owner
-
-
-class BackupStore(AttachmentStore):
-    """The dataDir comes from the config: never re-moded (chmod 0700 on an existing /tmp or
-    /run would break the node), and a directory that is not safe to write is error 7.
-
-    Its files are shared by every network (Go's names), so one without an owner (written
-    by Go's tuning) is never stale for GC: its name cannot say which network it is for.
-    """
-
-    refusal_code = INVALID_CONFIG
-    private = False
-    lock_name = LOCK_NAME
-
-    def __init__(self, data_dir: str) -> None:
-        super().__init__(data_dir, Backup)
-
-    def load(self, owner: Owner) -> Backup | None:
-        # DEL reads before it locks: the dataDir is checked here too, so that a planted
-        # file or symlink is refused as what it is.
-        self.check()
-        backup: Backup | None = super().load(owner)
-        return backup
+    from common.attachment import Engine
+    from common.result import Result
+    from common.skel import Request
+    from tuning import apply
+    from tuning.backup import Backup, BackupStore
 
 
 def _kernel(request: Request) -> apply.Kernel:
     """The kernel port the request was handed, else the real kernel's."""
+    from tuning import apply
+
     kernel: apply.Kernel = request.kernel or apply.Kernel()
     return kernel
+
+
+def _engine(request: Request, store: BackupStore) -> Engine:
+    from common.attachment import Engine
+
+    return Engine(store, request.log)
 
 
 def add(request: Request) -> Result:
     conf = config.parse(request.conf, request.env, request.environ)
     if conf.sysctls:
         keys = [s.key for s in conf.sysctls]
-        allowlist.refuse_unlisted(allowlist.load(conf.allowlist_path), keys)
+        config.refuse_unlisted(config.load_allowlist(conf.allowlist_path), keys)
     plan = make_plan(conf, request.ifname)
     if plan.empty:
         return report(request.conf.prev_result, plan)
+    from tuning import apply
+    from tuning.backup import BackupStore, originals
 
     store = BackupStore(conf.data_dir)
     if not plan.link.empty:
         apply.preload_links()
     with (
-        Engine(store, request.log).add(request) as change,
+        _engine(request, store).add(request) as change,
         _kernel(request).netns(request.netns) as ns,
     ):
         before = apply.observe(plan, ns)
@@ -99,10 +72,15 @@ def add(request: Request) -> Result:
 def delete(request: Request) -> None:
     """Restore the originals and forget them. Succeeds when there is nothing to restore,
     or nothing to restore it in (the namespace or the interface is gone)."""
+    from tuning.backup import BackupStore
+
     store = BackupStore(config.parse_data_dir(request.conf, request.environ))
     ifname = request.ifname
     if not store.has(request):
         return
+    from common.netns import entered_if_present
+    from tuning import apply
+
     peek = store.load(request)  # read again under the lock; this only decides the import
     if peek is not None and not peek.link.empty:
         apply.preload_links()
@@ -127,7 +105,7 @@ def delete(request: Request) -> None:
             f"restored originals of {ifname} from {store.path(store.file_of(request))}"
         )
 
-    Engine(store, request.log).delete(request, teardown)
+    _engine(request, store).delete(request, teardown)
 
 
 def check(request: Request) -> None:
@@ -135,6 +113,9 @@ def check(request: Request) -> None:
     plan = make_plan(conf, request.ifname)
     if plan.empty:
         return
+    from tuning import apply
+    from tuning.plan import link_differences, sysctl_differences
+
     with _kernel(request).netns(request.netns) as ns:
         live = apply.read_sysctls(plan, ns, missing_ok=True)
         problems = sysctl_differences(plan, live)
@@ -152,21 +133,28 @@ def check(request: Request) -> None:
 
 def gc(request: Request) -> None:
     """Forget the backups of this network's attachments the runtime no longer knows."""
+    import os
+
     from common.gc import valid_attachments
+    from tuning.backup import BackupStore
 
     data_dir = config.parse_data_dir(request.conf, request.environ)
     valid = valid_attachments(request.conf.body)
     if not os.path.isdir(data_dir):
         return
-    with Engine(BackupStore(data_dir), request.log).collecting(request.network, valid):
+    with _engine(request, BackupStore(data_dir)).collecting(request.network, valid):
         pass  # a backup stands for nothing in the kernel: forgetting it is all
 
 
 def status(request: Request) -> None:
     """Ready when the allowlist parses, dataDir can be written and pyroute2 is there."""
+    import os
+
+    from tuning.backup import BackupStore
+
     conf = config.parse(request.conf, request.env, request.environ)
     try:
-        allowlist.load(conf.allowlist_path)
+        config.load_allowlist(conf.allowlist_path)
     except CniError as e:
         raise CniError(
             STATUS_UNAVAILABLE, f"tuning cannot serve ADDs: {e.msg}", e.details

@@ -1,10 +1,11 @@
 """A kernel in memory, for running bandwidth's and tuning's verbs without root.
 
 The plugins reach the kernel through the port their verbs are handed: `bandwidth.tc.Kernel`
-(opens the rtnetlink socket every tc and link request goes through) and
-`tuning.apply.Kernel` (the container namespace: entering it, its rtnetlink socket, its
-sysctl files and its IPv6 address list). `FakeKernel.run` hands them this module's
-implementations, whose sockets and files this kernel answers. The plugins'
+(opens the rtnetlink socket every tc and link request goes through, and asks whether a
+device is there before any rtnetlink) and `tuning.apply.Kernel` (the container namespace:
+entering it, its rtnetlink socket, its sysctl files and its IPv6 address list).
+`FakeKernel.run` hands them this module's implementations, whose sockets and files this
+kernel answers. The plugins'
 own code still builds and encodes every message with pyroute2; the fake decodes what was
 sent, as the kernel would, changes its model of namespaces, links, qdiscs, filters and
 sysctls, and answers with messages encoded the same way. So a unit test can run ADD, DEL,
@@ -199,8 +200,12 @@ class FakeKernel:
             plugin, lambda kernel: None
         )(self)
 
-    def open_socket(self, netns: str = "") -> FakeSocket:
-        return FakeSocket(self, self._entered(netns) if netns else self.host)
+    def open_socket(self, tc: bool = True, netns: str = "") -> FakeSocket:
+        return FakeSocket(self, self._entered(netns) if netns else self.host, tc)
+
+    def has_device(self, name: str, netns: str = "") -> bool:
+        ns = self.namespaces.get(netns)
+        return ns is not None and ns.by_name(name) is not None
 
     def _entered(self, path: str) -> FakeNetns:
         if path not in self.namespaces:  # what common.netns.entered says
@@ -363,7 +368,10 @@ class FakeBandwidthKernel(tc.Kernel):
         self.kernel = kernel
 
     def rtnl(self, netns: str = "") -> tc.Rtnl:
-        return tc.Rtnl(self.kernel.open_socket(netns))
+        return tc.Rtnl(self.kernel.open_socket(False, netns))
+
+    def has_device(self, name: str, netns: str = "") -> bool:
+        return self.kernel.has_device(name, netns)
 
 
 class FakeTuningKernel(apply.Kernel):
