@@ -28,8 +28,8 @@ their kernel port. The engine supplies the rest, the same for everyone:
   forgotten, records of ADDs in flight are kept, and the attachments still alive
   (valid plus in flight) are handed to the plugin's own sweep of the kernel.
 
-API (records are common.state entries: `network`, `container_id`, `ifname`,
-`committed`, and the plugin's own fields):
+API (records are common.state.Record: `network`, `container_id`, `ifname`, `committed`
+and the plugin's own fields):
 
     engine = Engine(store, log, lock="")      # lock: a lock file name; "" = the store's
 
@@ -42,7 +42,7 @@ API (records are common.state entries: `network`, `container_id`, `ifname`,
 
     engine.delete(owner, teardown)             # teardown(record or None) -> its result
 
-    with engine.collecting(network, valid, teardown, owns=..., unusable="") as alive:
+    with engine.collecting(network, valid, teardown, owns=..., unusable="", before=...) as alive:
         ...the plugin's own kernel sweep, sparing `alive`...
 
 An ADD that fails before its intent leaves the store as it was. Exceptions other than
