@@ -1,23 +1,30 @@
-"""Which backend serves a request, and the interface both backends implement."""
+"""Which backend serves a call: the one place that maps the config, the host and the
+attachments' records to a backend object, and the interface both backends implement.
+Nothing else knows the backends' names (a record keeps its backend's, for DEL and GC).
+"""
 
 from __future__ import annotations
 
 from common.log import Log
 from common.state import AttachmentStore
-from portmap.config import Attachment, Options, looks_like_iptables
+from portmap.config import BACKENDS, Options
 from portmap.plan import Plan, UdpTargets
 
 # The interface both backends implement (for the type checker; nothing checks it at run
-# time, and `typing` costs ~5 ms to import).
+# time, and `typing` is not imported on the call path).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Protocol
 
     from common.gc import AttachmentId
     from common.state import Stamps
+    from portmap.config import Attachment
+    from portmap.state import Recorded
 
     class Backend(Protocol):
-        name: str
+        name: str  # what its records say
+
+        def owns(self, recorded: Recorded | None) -> bool: ...  # the record is of this backend
 
         def add(self, plan: Plan) -> None: ...
 
@@ -30,34 +37,60 @@ if TYPE_CHECKING:
         def status(self) -> None: ...
 
 
-def make(name: str, sd: AttachmentStore, log: Log) -> Backend:
-    if name == "iptables":
+NFTABLES, IPTABLES = BACKENDS  # the config's "backend" values, and a record's
+
+
+def _make(name: str, sd: AttachmentStore, log: Log) -> Backend:
+    if name == IPTABLES:
         from portmap.xtables import XtablesBackend
 
         return XtablesBackend(sd, log)
     from portmap.nft import NftBackend
 
-    return NftBackend(sd)
+    return NftBackend(sd, log)
 
 
-def resolve(options: Options) -> str:
+def _configured(options: Options) -> str:
     """The configured backend; for auto, iptables when the config uses what only iptables
     has (externalSetMarkChain, iptables-style conditions: Go picks iptables for them, so
     a config written for Go means the same here), else nftables where libnftables works."""
     if options.backend:
         return options.backend
     if options.external_set_mark_chain or any(
-        looks_like_iptables(options.conditions(family)) for family in (4, 6)
+        options.conditions(family).iptables_style for family in (4, 6)
     ):
-        return "iptables"
+        return IPTABLES
     from portmap import libnftables
 
     try:
         libnftables.load()  # the kernel's side is proven by the first transaction
     except OSError:
-        return "iptables"
-    return "nftables"
+        return IPTABLES
+    return NFTABLES
 
 
 def choose(options: Options, sd: AttachmentStore, log: Log) -> Backend:
-    return make(resolve(options), sd, log)
+    """The backend of an ADD, CHECK or STATUS."""
+    return _make(_configured(options), sd, log)
+
+
+def of_attachment(
+    options: Options, recorded: Recorded | None, sd: AttachmentStore, log: Log
+) -> Backend:
+    """The backend of a DEL: the one that recorded the attachment, else the config's."""
+    if recorded is not None and recorded.backend in BACKENDS:
+        return _make(recorded.backend, sd, log)
+    return choose(options, sd, log)
+
+
+def for_gc(options: Options, network: str, sd: AttachmentStore, log: Log) -> list[Backend]:
+    """Every backend that may hold mappings of `network`: the config's, those of its
+    records, and iptables wherever CNI-HOSTPORT-DNAT is: its chains are the Go portmap's
+    too, made perhaps before ours was installed (a cheap look)."""
+    from portmap import probe
+
+    names = {_configured(options)}
+    names |= {e.backend for e in sd.entries(network).values() if e.backend in BACKENDS}
+    if any(probe.may_have(v, f, "CNI-HOSTPORT-DNAT") for v in ("nft", "legacy") for f in (4, 6)):
+        names.add(IPTABLES)
+    return [_make(name, sd, log) for name in sorted(names)]

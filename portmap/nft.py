@@ -8,11 +8,12 @@ from __future__ import annotations
 from itertools import pairwise
 
 from common.digest import sha256_hex
-from common.errors import CONFLICT, KERNEL_FAILURE, STATUS_UNAVAILABLE, CniError
+from common.errors import CONFLICT, KERNEL_FAILURE, STATUS_UNAVAILABLE, CniError, invalid_config
+from common.log import Log
 from common.state import AttachmentStore
 from common.values import OrderedValue, Value
 from portmap import libnftables, state
-from portmap.config import ANY_ADDRESS, PROTOCOL_NAMES, Attachment, host_ports
+from portmap.config import ANY_ADDRESS, PROTOCOL_NAMES, Attachment, Conditions, host_ports
 from portmap.plan import MASQ_ALL, MASQ_NONE, MASQ_SUBNET, FamilyPlan, Plan, UdpTargets
 
 TYPE_CHECKING = False
@@ -41,6 +42,20 @@ OWNERS_SET = f"add set {T} {OWNERS} {{ type ipv6_addr; }}"
 
 
 # ---------------------------------------------------------------------------- pure rendering
+
+
+def render_conditions(conditions: Conditions) -> tuple[str, ...]:
+    """The conditions as nft expressions; one written as iptables arguments that nft has
+    no translation for is error 7, saying what to write instead."""
+    for i, match in enumerate(conditions.matches):
+        if not match.nft:
+            rest = " ".join(w for later in conditions.matches[i:] for w in later.iptables)
+            raise invalid_config(
+                f"{conditions.key}: cannot translate iptables condition {rest[:60]!r} to nftables",
+                "write it in nft syntax (e.g. 'ip saddr 10.0.0.0/8'), or set "
+                '"backend": "iptables"',
+            )
+    return tuple(match.nft for match in conditions.matches)
 
 
 class Lane(Value):
@@ -202,7 +217,7 @@ def proves_ownership(recorded: list[Element], att: Attachment) -> bool:
 
 def family_elements(fp: FamilyPlan) -> list[Element]:
     f = fp.family
-    lane = Lane(f, fp.conditions)
+    lane = Lane(f, render_conditions(fp.conditions))
     out: list[Element] = []
     for fw in fp.forwards:
         for hp, cp in fw.ports():
@@ -233,7 +248,7 @@ def forwarding_elements(plan: Plan) -> list[Element]:
 
 def plan_lanes(plan: Plan) -> list[Lane]:
     return sorted(
-        {Lane(fp.family, fp.conditions) for fp in plan.families if fp.forwards},
+        {Lane(fp.family, render_conditions(fp.conditions)) for fp in plan.families if fp.forwards},
         key=lambda lane: (lane.family, lane.id),
     )
 
@@ -413,8 +428,12 @@ def _state_elements(recorded: state.Recorded | None) -> list[Element] | None:
 class NftBackend:
     name = NAME
 
-    def __init__(self, sd: AttachmentStore) -> None:
+    def __init__(self, sd: AttachmentStore, log: Log) -> None:
         self.sd = sd
+        self.log = log
+
+    def owns(self, recorded: state.Recorded | None) -> bool:
+        return recorded is not None and recorded.backend == NAME
 
     # -- ADD ---------------------------------------------------------------------------
 
@@ -539,7 +558,10 @@ class NftBackend:
                 self.sd.forget(att)
                 return udp_targets(committed)
             if candidates is None and plan is not None and not plan.empty:
-                candidates = plan_elements(plan)
+                try:
+                    candidates = plan_elements(plan)
+                except CniError as e:  # conditions nft cannot express: look at everything
+                    self.log.warning(f"cannot plan from the DEL config: {e}")
             if candidates is None:
                 mine = sorted(e for e, c in nft.listing() if tag_of(c) == att.tag)
             else:

@@ -83,7 +83,7 @@ def add(request: Request) -> Result | None:
         return None  # pass prevResult through, in the config's cniVersion
     sd = state.store(request.log)
     backend = backends.choose(config.options, sd, request.log)
-    plan = make_plan(config, attachment(request), prev, backend.name)
+    plan = make_plan(config, attachment(request), prev)
     for note in plan.skipped:
         request.log.warning(f"skipped {note}")
     if plan.empty:
@@ -112,16 +112,14 @@ def delete(request: Request) -> None:
         request.log.warning(f"ignoring unreadable portmap config on DEL: {e}")
         config = cfg.PortmapConfig(cfg.Options(), ())
     recorded = sd.load(att)
-    known = recorded is not None and recorded.backend in cfg.BACKENDS
-    name = recorded.backend if recorded is not None and known else backends.resolve(config.options)
-    backend = backends.make(name, sd, request.log)
+    backend = backends.of_attachment(config.options, recorded, sd, request.log)
     plan = None
     prev = request.conf.prev_result
     # With a state file of its backend, a backend deletes what the file records and never
     # needs the plan: only without one does the config say where to look.
-    if not known and prev is not None and config.mappings:
+    if not backend.owns(recorded) and prev is not None and config.mappings:
         try:
-            plan = make_plan(config, att, prev, backend.name)
+            plan = make_plan(config, att, prev)
         except CniError as e:
             request.log.warning(f"cannot plan from the DEL config: {e}")
     flush_conntrack(backend.delete(att, plan), request.log)
@@ -140,7 +138,7 @@ def check(request: Request) -> None:
         return
     sd = state.store(request.log)
     backend = backends.choose(config.options, sd, request.log)
-    plan = make_plan(config, attachment(request), prev, backend.name)
+    plan = make_plan(config, attachment(request), prev)
     if plan.empty:
         return
     problems = backend.check(plan)
@@ -172,16 +170,7 @@ def gc(request: Request) -> None:
     before = sd.stamps()  # before any lock: see AttachmentStore.sweep
     valid = valid_attachments(request.conf.body)
     state.drop_unusable(sd, request.network, before, request.log)
-    names = {backends.resolve(config.options)}
-    names |= {e.backend for e in sd.entries(request.network).values() if e.backend in cfg.BACKENDS}
-    from portmap import probe
-
-    # the iptables backend's chains are the Go portmap's too, made perhaps before ours
-    # was installed: its GC runs wherever CNI-HOSTPORT-DNAT is (a cheap look)
-    if any(probe.may_have(v, f, "CNI-HOSTPORT-DNAT") for v in ("nft", "legacy") for f in (4, 6)):
-        names.add("iptables")
-    for name in sorted(names):
-        backend = backends.make(name, sd, request.log)
+    for backend in backends.for_gc(config.options, request.network, sd, request.log):
         flush_conntrack(backend.gc(request.network, valid, before), request.log)
 
 

@@ -21,7 +21,7 @@ from common.log import Log
 from common.state import LOCK_TIMEOUT_ENV, AttachmentStore, lock_timeout
 from common.values import Value
 from portmap import state
-from portmap.config import IPT_ADDRESS_OPTIONS, Attachment, network_tag
+from portmap.config import IPT_ADDRESS_OPTIONS, Attachment, Conditions, network_tag
 from portmap.plan import MASQ_ALL, MASQ_NONE, FamilyPlan, Forward, Plan, UdpTargets
 
 TYPE_CHECKING = False
@@ -417,12 +417,23 @@ def chain_order(forwards: tuple[Forward, ...]) -> list[Forward]:
     return out
 
 
-def _rules_per_jump(conditions: tuple[str, ...]) -> int:
+def condition_words(conditions: Conditions) -> Words:
+    """The conditions as iptables arguments, as written (Go puts them in its jumps)."""
+    if conditions.matches and not conditions.iptables_style:
+        raise invalid_config(
+            f"{conditions.key} are nft expressions, but the backend is iptables",
+            'give iptables arguments (e.g. ["-s", "10.0.0.0/8"]) or use "backend": "nftables"',
+        )
+    return [word for match in conditions.matches for word in match.iptables]
+
+
+def _rules_per_jump(conditions: Conditions) -> int:
     """iptables makes one rule per combination of the -s and -d addresses of a list."""
+    words = condition_words(conditions)
     n = 1
-    for i, option in enumerate(conditions[:-1]):
+    for i, option in enumerate(words[:-1]):
         if option in IPT_ADDRESS_OPTIONS:
-            n *= conditions[i + 1].count(",") + 1
+            n *= words[i + 1].count(",") + 1
     return n
 
 
@@ -432,6 +443,7 @@ def jumps(plan: Plan, fp: FamilyPlan, chain: str) -> list[Words]:
     as Go), at most 15 ports each; the family's conditions after them."""
     att = plan.attachment
     comment = go_comment(att.network, att.container_id)
+    conditions = condition_words(fp.conditions)
     lists: dict[str, list[list[str]]] = {}
     for protocol, port, count in plan.host_ports:
         spec = f"{port}:{port + count - 1}" if count > 1 else str(port)
@@ -442,7 +454,7 @@ def jumps(plan: Plan, fp: FamilyPlan, chain: str) -> list[Words]:
         groups[-1].append(spec)
     head = ["-m", "comment", "--comment", comment, "-m", "multiport", "-p"]
     return [
-        [*head, protocol, "--dports", ",".join(ports), *fp.conditions, "-j", chain]
+        [*head, protocol, "--dports", ",".join(ports), *conditions, "-j", chain]
         for protocol in sorted(lists)
         for ports in lists[protocol]
     ]
@@ -611,6 +623,9 @@ class XtablesBackend:
         self.log = log
         self._chosen: tuple[str, str] | None = None
 
+    def owns(self, recorded: state.Recorded | None) -> bool:
+        return recorded is not None and recorded.backend == NAME
+
     def _variant(self) -> str:
         """The variant of this call, decided once; its IPv4 table is kept for the first
         read (call under the lock when it is to be written)."""
@@ -654,6 +669,8 @@ class XtablesBackend:
 
     def add(self, plan: Plan) -> None:
         att = plan.attachment
+        for fp in plan.families:
+            condition_words(fp.conditions)  # a config iptables cannot express changes nothing
         with self.sd.lock(LOCK):
             variant = self._variant()
             previous = self._recorded(att) or []
@@ -727,6 +744,8 @@ class XtablesBackend:
         return targets
 
     def check(self, plan: Plan) -> list[str]:
+        for fp in plan.families:
+            condition_words(fp.conditions)
         recorded = {f: (c, v) for f, c, v in self._recorded(plan.attachment) or []}
         go = chain_name(plan.attachment)
         mark_chain = plan.external_mark_chain or SETMARK

@@ -118,14 +118,19 @@ def test_conditions_cannot_escape_or_replace_the_match(condition: str) -> None:
 
 
 def test_iptables_conditions_translate_to_nft() -> None:
-    tokens = ("!", "-s", "10.0.0.0/8,192.168.0.0/16", "-i", "eth+")
-    assert cfg.iptables_to_nft(tokens, 4, "conditionsV4") == (
+    tokens = ["!", "-s", "10.0.0.0/8,192.168.0.0/16", "-i", "eth+"]
+    assert nft.render_conditions(parsed([], conditionsV4=tokens).options.conditions_v4) == (
         "ip saddr != { 10.0.0.0/8, 192.168.0.0/16 }",
         'iifname "eth*"',
     )
+    untranslatable = ["-s", "10.0.0.0/8", "-m", "addrtype", "--src-type", "LOCAL"]
     with pytest.raises(CniError) as e:
-        cfg.iptables_to_nft(("-m", "addrtype"), 4, "conditionsV4")
+        nft.render_conditions(parsed([], conditionsV4=untranslatable).options.conditions_v4)
     assert e.value.code == 7 and "nft syntax" in e.value.details
+    assert e.value.msg == (
+        "conditionsV4: cannot translate iptables condition '-m addrtype --src-type LOCAL' "
+        "to nftables"
+    )
 
 
 def test_attachment_tag_is_stable_and_names_the_network() -> None:
@@ -253,14 +258,17 @@ def test_udp_targets_come_from_claims() -> None:
 
 
 def test_iptables_only_keys_choose_iptables_when_no_backend_is_given() -> None:
-    from portmap.backend import resolve
+    from common.log import Log
+    from portmap import state
+    from portmap.backend import choose
 
-    assert resolve(parsed([], externalSetMarkChain="KUBE-MARK-MASQ").options) == "iptables"
-    assert resolve(parsed([], conditionsV4=["-m", "addrtype", "--src-type", "LOCAL"]).options) == (
-        "iptables"
-    )
-    assert resolve(parsed([], conditionsV6=["!", "-s", "fd00::/8"]).options) == "iptables"
-    assert resolve(parsed([], backend="nftables", conditionsV4=["-s", "10.0.0.0/8"]).options) == (
+    def backend(**keys: Any) -> str:
+        return choose(parsed([], **keys).options, state.store(), Log("")).name
+
+    assert backend(externalSetMarkChain="KUBE-MARK-MASQ") == "iptables"
+    assert backend(conditionsV4=["-m", "addrtype", "--src-type", "LOCAL"]) == "iptables"
+    assert backend(conditionsV6=["!", "-s", "fd00::/8"]) == "iptables"
+    assert backend(backend="nftables", conditionsV4=["-s", "10.0.0.0/8"]) == (
         "nftables"  # asked for: translated (-s/-d/-i), or error 7 naming the condition
     )
 
@@ -317,7 +325,7 @@ def test_iptables_restore_lines_of_an_add() -> None:
 
     config = parsed([{"hostPort": 8080, "containerPort": 80, "hostIP": "192.0.2.1"}],
                     conditionsV4=["!", "-s", "10.1.0.0/16"], backend="iptables")  # fmt: skip
-    plan = make_plan(config, ATT, config_prev(), "iptables")
+    plan = make_plan(config, ATT, config_prev())
     fp = plan.families[0]
     name = xtables.chain_name(ATT)
     lines = xtables.installation(xtables.NatTable(""), fp, plan, name)
