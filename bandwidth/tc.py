@@ -1,5 +1,6 @@
 """The one place bandwidth talks to the kernel: links, qdiscs and filters.
 
+`Kernel` is the port the verbs are handed: it opens an `Rtnl` in a network namespace.
 `Rtnl` reads the kernel of one network namespace into the values of `bandwidth.model`
 (`observe`) and carries out the actions of a `plan.reconcile` (`apply`), deciding nothing.
 pyroute2's `ifinfmsg` / `tcmsg` and tc modules encode and decode the messages (tbf rate
@@ -194,14 +195,21 @@ def _filter(msg: Any) -> Filter:
     )
 
 
-class Rtnl:
-    """An rtnetlink socket in one network namespace ("" = the one we run in); closed when
-    the `with` block that opened it ends."""
+class Kernel:
+    """bandwidth's kernel port: an `Rtnl` in a network namespace is all the verbs ask of
+    the kernel (pyroute2 encodes and decodes every message on this side of the port)."""
 
-    def __init__(self, netns: str = "") -> None:
-        # The kernel seam: unit tests put a fake kernel's socket in `tc.RtnlSocket`
-        # (tests/harness/fake_kernel.py).
-        self.nl = RtnlSocket(netns=netns)
+    def rtnl(self, netns: str = "") -> Rtnl:
+        """An rtnetlink socket in the netns at path `netns` ("" = the one we run in)."""
+        return Rtnl(RtnlSocket(netns=netns))
+
+
+class Rtnl:
+    """bandwidth's requests on one rtnetlink socket, in the netns it was opened in; the
+    socket is closed when the `with` block that opened it ends."""
+
+    def __init__(self, nl: RtnlSocket) -> None:
+        self.nl = nl
         self.m = self.nl.modules
         self.tcmsg = tcmsg_class(self.m)
         # ifindex of the devices this socket's actions have resolved: the ifb just made is

@@ -9,6 +9,7 @@ from bandwidth import config, plan, record
 from bandwidth.model import CONTAINER, HOST, Link
 from bandwidth.plan import Ownership, Placement, Plan
 from bandwidth.record import Record
+from common.attachment import Engine
 from common.errors import (
     CHECK_FAILED,
     INVALID_CONFIG,
@@ -24,8 +25,22 @@ from common.skel import Request
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from bandwidth.model import Observed
-    from bandwidth.tc import Rtnl
+    from bandwidth.tc import Kernel, Rtnl
     from common.state import Owner
+
+
+def _kernel(request: Request) -> Kernel:
+    """The kernel port the request was handed, else the real kernel's."""
+    if request.kernel is not None:
+        kernel: Kernel = request.kernel
+        return kernel
+    from bandwidth import tc
+
+    return tc.Kernel()
+
+
+def _engine(request: Request) -> Engine:
+    return Engine(record.store(request.log), request.log)
 
 
 def _prev_result(request: Request) -> Result:
@@ -50,8 +65,9 @@ def _locate_and_plan(
 
     prev = _prev_result(request)
     psched = tc.read_psched()
-    ctr = stack.enter_context(tc.Rtnl(request.netns))
-    host = stack.enter_context(tc.Rtnl())
+    kernel = _kernel(request)
+    ctr = stack.enter_context(kernel.rtnl(request.netns))
+    host = stack.enter_context(kernel.rtnl())
     container_if = ctr.link(request.ifname)
     if container_if is None:
         raise CniError(
@@ -91,14 +107,13 @@ def add(request: Request) -> Result | None:
     if not cfg.shapes_anything:
         return None  # nothing to shape: pass prevResult through, like upstream
     ifb, alias = _names(request)
-    states = record.store(request.log)
     with ExitStack() as stack:
         placement, want, sock = _locate_and_plan(request, cfg, stack)
         device = placement.device
         for note in want.notes:
             request.log.warning(note)
-        with states.lock():
-            previous: Record | None = states.load(request)
+        with _engine(request).add(request) as change:
+            previous: Record | None = change.previous
             owned = Ownership()
             if previous is not None and previous.device_index == device.index:
                 owned = previous.ownership
@@ -117,25 +132,12 @@ def add(request: Request) -> Result | None:
                 ifb=ifb,
                 ownership=result.ownership,
             )
-            # Written before the kernel changes: whatever happens next, DEL knows what
-            # this attachment may have created.
-            states.save(request, new)
-            try:
-                sock.apply(result.actions, device)
-            except CniError:
-                # Undo, so that nothing is half-done. The record goes only once that worked:
-                # otherwise DEL still needs it to know what this attachment owns (e.g. the
-                # tbf on the host veth).
-                try:
-                    _remove(sock, placement.mode, device, result.ownership, ifb, alias)
-                except CniError as e:
-                    request.log.error(f"could not undo a failed ADD (DEL will finish it): {e}")
-                else:
-                    states.forget(request)
-                raise
-            # Rewritten once done: a GC that started meanwhile sees a new file and leaves
-            # this attachment to the next GC (see common/gc.py).
-            states.save(request, new)
+            # Undone as a whole, also what a previous ADD made (e.g. the tbf on the host
+            # veth): the record says all of it is this attachment's.
+            change.intend(
+                new, undo=lambda: _remove(sock, placement.mode, device, new.ownership, ifb, alias)
+            )
+            sock.apply(result.actions, device)
             done = ", ".join(type(a).__name__ for a in result.actions) or "nothing to change"
             request.log.info(f"shaping on {placement.mode} device {device.name}: {done}")
         ifb_link = sock.link(ifb) if want.ifb is not None else None
@@ -169,22 +171,20 @@ def _report(prev: Result, placement: Placement, ifb: Link | None, netns: str) ->
 # ---------------------------------------------------------------------------- DEL / GC
 
 
-def _teardown(host: Rtnl, rec: Record | None, netns: str, ifname: str, *, ifb: str,
-              alias: str) -> None:  # fmt: skip
+def _teardown(kernel: Kernel, host: Rtnl, rec: Record | None, netns: str, ifname: str, *,
+              ifb: str, alias: str) -> None:  # fmt: skip
     """Remove what one attachment owns; fine when some or all of it is already gone.
 
     Where to look comes from the attachment's state file; without one (lost, or an
     attachment made by upstream's plugin), from the container interface as ADD would.
     """
-    from bandwidth import tc
-
     with ExitStack() as stack:
         mode, sock, device = HOST, host, None
         owned = rec.ownership if rec is not None else Ownership()
         netns = (rec.netns if rec is not None else "") or netns
         ctr = None
         if rec is None or rec.mode == CONTAINER:
-            ctr = stack.enter_context(entered_if_present(netns, tc.Rtnl))
+            ctr = stack.enter_context(entered_if_present(netns, kernel.rtnl))
         if rec is not None:
             if rec.mode == CONTAINER:
                 if ctr is None:
@@ -204,45 +204,35 @@ def _teardown(host: Rtnl, rec: Record | None, netns: str, ifname: str, *, ifb: s
 
 
 def delete(request: Request) -> None:
-    from bandwidth import tc
-
     ifb, alias = _names(request)
-    states = record.store(request.log)
-    with states.lock(), tc.Rtnl() as host:
-        rec = states.load(request)
-        _teardown(host, rec, request.netns, request.ifname, ifb=ifb, alias=alias)
-        # An unusable record goes too: no later DEL could use it either.
-        states.forget(request)
+    kernel = _kernel(request)
+
+    def teardown(rec: Record | None) -> None:
+        with kernel.rtnl() as host:
+            _teardown(kernel, host, rec, request.netns, request.ifname, ifb=ifb, alias=alias)
+
+    _engine(request).delete(request, teardown)
 
 
 def gc(request: Request) -> None:
     """Remove the shaping of every attachment on this network that is not still valid."""
-    from bandwidth import tc
-
     valid = valid_attachments(request.conf.body)
     network = request.network
-    states = record.store(request.log)
-    before = states.stamps()
-    with states.lock(), tc.Rtnl() as host:
-        # Records nobody can use (damaged files; their names do not say whose): the
-        # ifbs they described are found by their aliases below.
-        for name, problem in states.unusable(before):
-            states.remove(name)
-            request.log.warning(f"gc: removed unusable state file {states.path(name)}: {problem}")
-        stale, in_flight = states.sweep(network, valid, before)
-        for rec in in_flight:
-            valid.add(AttachmentId(rec.container_id, rec.ifname))  # its ifb too, below
-            request.log.info(f"gc: kept {rec.container_id}/{rec.ifname}: its ADD was running")
-        for rec in stale:
-            _teardown(host, rec, "", rec.ifname, ifb=rec.ifb, alias=_names(rec)[1])
-            states.forget(rec)
-            request.log.info(f"gc: removed shaping of {rec.container_id}/{rec.ifname}")
-        # ifbs whose state file is gone still name their owner in their alias.
-        for link in host.links():
-            owner = plan.alias_owner(link.alias, network) if link.kind == "ifb" else None
-            if owner is not None and AttachmentId(*owner) not in valid:
-                host.apply((plan.DeleteIfb(link.name, link.index),), None)
-                request.log.info(f"gc: deleted ifb {link.name} of {owner[0]}/{owner[1]}")
+    kernel = _kernel(request)
+    with kernel.rtnl() as host:
+
+        def teardown(rec: Record) -> None:
+            _teardown(kernel, host, rec, "", rec.ifname, ifb=rec.ifb, alias=_names(rec)[1])
+
+        # Records nobody can use (damaged files; their names do not say whose) go too:
+        # the ifbs they described are found by their aliases below.
+        with _engine(request).collecting(network, valid, teardown, unusable="") as alive:
+            # ifbs whose state file is gone still name their owner in their alias.
+            for link in host.links():
+                owner = plan.alias_owner(link.alias, network) if link.kind == "ifb" else None
+                if owner is not None and AttachmentId(*owner) not in alive:
+                    host.apply((plan.DeleteIfb(link.name, link.index),), None)
+                    request.log.info(f"gc: deleted ifb {link.name} of {owner[0]}/{owner[1]}")
 
 
 # ---------------------------------------------------------------------------- CHECK / STATUS

@@ -33,20 +33,28 @@ VERB_FUNCTIONS = {"ADD": "add", "DEL": "delete", "CHECK": "check", "GC": "gc", "
 
 
 class Request:
-    """Everything a verb needs: the environment, the parsed config and a logger.
+    """Everything a verb needs: the environment, the parsed config, a logger and the
+    plugin's kernel port (None: the verbs open the real kernel's; `run` is handed another
+    implementation of the same port to run them against a model of the kernel).
 
     Plain rather than a common.values.Value, as Plugin: VERSION would import that module
     only to define the two (its start-up budget counts modules)."""
 
-    __slots__ = ("conf", "env", "environ", "log")
+    __slots__ = ("conf", "env", "environ", "kernel", "log")
 
     def __init__(
-        self, env: Invocation, conf: NetConf, log: Log, environ: Mapping[str, str]
+        self,
+        env: Invocation,
+        conf: NetConf,
+        log: Log,
+        environ: Mapping[str, str],
+        kernel: Any = None,
     ) -> None:
         self.env = env
         self.conf = conf
         self.log = log
         self.environ = environ
+        self.kernel = kernel
 
     @property
     def network(self) -> str:
@@ -157,6 +165,7 @@ def run(
     stdin: IO[bytes] | None = None,
     stdout: IO[bytes] | None = None,
     stderr: IO[str] | None = None,
+    kernel: Any = None,
 ) -> int:
     out = stdout or sys.stdout.buffer
     err = stderr or sys.stderr
@@ -186,7 +195,7 @@ def run(
         conf = parse_netconf(raw)
         error_version = conf.cni_version
         versions.require_verb(command, conf.cni_version)
-        request = Request(invocation, conf, log, environ)
+        request = Request(invocation, conf, log, environ, kernel)
         verbs = __import__(f"{plugin.name}.verbs", fromlist=["add"])  # the submodule
         result = getattr(verbs, VERB_FUNCTIONS[invocation.command])(request)
         if invocation.command == "ADD":

@@ -6,6 +6,7 @@ import errno
 import os
 from contextlib import ExitStack
 
+from common.attachment import UndoFailed
 from common.errors import INVALID_CONFIG, KERNEL_FAILURE, CniError, invalid_config
 from common.netns import entered, read_sysctl, write_sysctl
 from common.values import Value
@@ -24,11 +25,6 @@ _CONFIG_ERRNOS = frozenset({errno.EINVAL, errno.ERANGE, errno.EADDRNOTAVAIL, err
 # its sysctl files vanish (ENOENT) or refuse a write already opened (ENODEV), a link
 # request names an ifindex that no longer exists (ENODEV). Nothing is left to put back.
 _GONE_ERRNOS = frozenset({errno.ENOENT, errno.ENODEV})
-
-
-class UndoFailed(CniError):
-    """ADD failed, and putting back what it had already changed failed too: the backup
-    must outlive the ADD so that DEL can finish the undo."""
 
 
 def resolve_sysctl(path: str, root: str = PROC_SYS) -> str:
@@ -100,16 +96,23 @@ def preload_links() -> None:
     pyroute2(tc=False)
 
 
+class Kernel:
+    """tuning's kernel port: the container's network namespace is all the verbs ask of
+    the kernel."""
+
+    def netns(self, path: str) -> ContainerNetns:
+        return ContainerNetns(path)
+
+
 class ContainerNetns:
     """The container's network namespace, entered for a with-block: everything tuning asks
     of the kernel. Sysctls and the IPv6 address list are files under /proc, opened inside
     (which namespace a /proc/sys file shows is decided by the thread that opens it). Links
     go over rtnetlink: pyroute2's `ifinfmsg` on common.rtnl's small blocking socket, opened
-    inside on first use (IPRoute's import alone costs ~100 ms, and IPRoute(netns=...) forks).
+    inside on first use (IPRoute(netns=...) forks, and its import is heavy).
 
-    The kernel seam: `open_rtnl`, `read_sysctl`, `write_sysctl`, `if_inet6` and entering
-    are all that reach the kernel; unit tests use a subclass whose socket and files are a
-    fake kernel's (tests/harness/fake_kernel.py).
+    Entering, `open_rtnl`, `read_sysctl`, `write_sysctl` and `if_inet6` are all that
+    reach the kernel; the rest is built on them.
     """
 
     def __init__(self, path: str) -> None:

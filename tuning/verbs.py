@@ -8,13 +8,20 @@ from __future__ import annotations
 
 import os
 
+from common.attachment import Engine
 from common.errors import CHECK_FAILED, KERNEL_FAILURE, STATUS_UNAVAILABLE, CniError
 from common.netns import entered_if_present
 from common.result import Result
 from common.skel import Request
 from tuning import allowlist, apply, config
-from tuning.backup import BackupStore, originals
+from tuning.backup import Backup, BackupStore, originals
 from tuning.plan import link_differences, make_plan, report, sysctl_differences
+
+
+def _kernel(request: Request) -> apply.Kernel:
+    """The kernel port the request was handed, else the real kernel's."""
+    kernel: apply.Kernel = request.kernel or apply.Kernel()
+    return kernel
 
 
 def add(request: Request) -> Result:
@@ -27,35 +34,22 @@ def add(request: Request) -> Result:
         return report(request.conf.prev_result, plan)
 
     store = BackupStore(conf.data_dir)
-    cid, ifname = request.container_id, request.ifname
     if not plan.link.empty:
         apply.preload_links()
-    with store.lock(), apply.ContainerNetns(request.netns) as ns:
+    with (
+        Engine(store, request.log).add(request) as change,
+        _kernel(request).netns(request.netns) as ns,
+    ):
         before = apply.observe(plan, ns)
-        older = store.load(request)
-        backup = originals(plan, before.link, before.sysctls)
-        backup.network, backup.container_id, backup.ifname = request.network, cid, ifname
-        kept = backup.keeping_older(older)
-        store.save(request, kept)
-        try:
-            apply.apply(plan, before, ns)
-        except apply.UndoFailed as e:
-            # Some changes are still in place: the backup just saved is what lets the
-            # DEL the runtime sends after a failed ADD put them back.
-            request.log.error(f"ADD failed and was not fully undone; DEL will finish: {e}")
-            raise
-        except CniError:
-            # apply() already put the namespace back; put the backup file back too.
-            if older is None:
-                store.forget(request)
-            else:
-                store.save(request, older)
-            raise
-        # Rewritten once done: a GC that started meanwhile sees a new file and leaves this
-        # attachment to the next GC (see common/gc.py).
-        store.save(request, kept)
+        backup = originals(plan, before.link, before.sysctls).replace(
+            network=request.network, container_id=request.container_id, ifname=request.ifname
+        )
+        # No undo to hand the engine: apply() puts the namespace back itself when it fails
+        # (and raises UndoFailed when it cannot), and the older backup is put back then.
+        change.intend(backup.keeping_older(change.previous))
+        apply.apply(plan, before, ns)
     request.log.info(
-        f"set {len(plan.sysctls)} sysctl(s) and link {plan.link} on {ifname}; "
+        f"set {len(plan.sysctls)} sysctl(s) and link {plan.link} on {request.ifname}; "
         f"originals in {store.path(store.file_of(request))}"
     )
     return report(request.conf.prev_result, plan)
@@ -71,25 +65,28 @@ def delete(request: Request) -> None:
     peek = store.load(request)  # read again under the lock; this only decides the import
     if peek is not None and not peek.empty:
         apply.preload_links()
-    with store.lock():
-        backup = store.load(request)
+    kernel = _kernel(request)
+
+    def teardown(backup: Backup | None) -> None:
         if backup is None:
-            store.forget(request)  # unreadable garbage: nothing we could restore
-            return
-        with entered_if_present(request.netns, apply.ContainerNetns) as ns:
+            return  # unreadable garbage: nothing we could restore
+        with entered_if_present(request.netns, kernel.netns) as ns:
             failures, refused = ([], []) if ns is None else apply.restore(backup, ifname, ns)
         for problem in refused:
             # Never restorable, so not worth keeping the backup for (see apply.restore).
             request.log.warning(f"DEL cannot put back the original {problem}; forgetting it")
         if failures:
-            # Keep the file: the runtime retries DEL, and the originals are still needed.
+            # The backup stays: the runtime retries DEL, and the originals are still needed.
             raise CniError(
                 KERNEL_FAILURE,
                 f"could not restore {len(failures)} original value(s) on {ifname}",
                 "; ".join(failures),
             )
-        store.forget(request)
-    request.log.info(f"restored originals of {ifname} from {store.path(store.file_of(request))}")
+        request.log.info(
+            f"restored originals of {ifname} from {store.path(store.file_of(request))}"
+        )
+
+    Engine(store, request.log).delete(request, teardown)
 
 
 def check(request: Request) -> None:
@@ -97,7 +94,7 @@ def check(request: Request) -> None:
     plan = make_plan(conf, request.ifname)
     if plan.empty:
         return
-    with apply.ContainerNetns(request.netns) as ns:
+    with _kernel(request).netns(request.netns) as ns:
         live = apply.read_sysctls(plan, ns, missing_ok=True)
         problems = sysctl_differences(plan, live)
         if not plan.link.empty:
@@ -120,15 +117,8 @@ def gc(request: Request) -> None:
     valid = valid_attachments(request.conf.body)
     if not os.path.isdir(data_dir):
         return
-    store = BackupStore(data_dir)
-    before = store.stamps()
-    with store.lock():
-        stale, in_flight = store.sweep(request.network, valid, before)
-        for backup in in_flight:
-            request.log.info(f"gc: kept {store.file_of(backup)}: its ADD was running")
-        for backup in stale:
-            store.forget(backup)
-            request.log.info(f"gc: removed {store.path(store.file_of(backup))}")
+    with Engine(BackupStore(data_dir), request.log).collecting(request.network, valid):
+        pass  # a backup stands for nothing in the kernel: forgetting it is all
 
 
 def status(request: Request) -> None:

@@ -1,9 +1,10 @@
 """A kernel in memory, for running bandwidth's and tuning's verbs without root.
 
-The plugins reach the kernel through two seams: `bandwidth.tc.RtnlSocket(netns=...)` (the
-rtnetlink socket every tc and link request goes through) and `tuning.apply.ContainerNetns`
-(entering the container namespace, its rtnetlink socket, its sysctl files and its IPv6
-address list). `FakeKernel.install` puts this module's versions there. The plugins'
+The plugins reach the kernel through the port their verbs are handed: `bandwidth.tc.Kernel`
+(opens the rtnetlink socket every tc and link request goes through) and
+`tuning.apply.Kernel` (the container namespace: entering it, its rtnetlink socket, its
+sysctl files and its IPv6 address list). `FakeKernel.run` hands them this module's
+implementations, whose sockets and files this kernel answers. The plugins'
 own code still builds and encodes every message with pyroute2; the fake decodes what was
 sent, as the kernel would, changes its model of namespaces, links, qdiscs, filters and
 sysctls, and answers with messages encoded the same way. So a unit test can run ADD, DEL,
@@ -135,7 +136,8 @@ class FakeKernel:
         out = io.BytesIO()
         table = Plugin(plugin)
         stdin = io.BytesIO(json.dumps(conf).encode())
-        code = run(table, environ=environ, stdin=stdin, stdout=out, stderr=io.StringIO())
+        code = run(table, environ=environ, stdin=stdin, stdout=out, stderr=io.StringIO(),
+                   kernel=self.port(plugin))  # fmt: skip
         text = out.getvalue().decode()
         return code, json.loads(text) if text.strip() else None
 
@@ -182,39 +184,20 @@ class FakeKernel:
         out, self.requests = self.requests, []
         return "".join(line + "\n" for line in out)
 
-    # -- the seams
+    # -- the kernel ports the verbs are handed
 
     @classmethod
     def for_test(cls, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeKernel:
-        """A fake kernel installed for one test, with its state and log under tmp_path."""
+        """A fake kernel for one test, with its state and log under tmp_path."""
         monkeypatch.setenv("CNI_META_STATE_ROOT", str(tmp_path / "state"))
         monkeypatch.setenv("CNI_META_LOG_FILE", str(tmp_path / "plugins.log"))
-        fake = cls(tmp_path / "netns")
-        fake.install(monkeypatch)
-        return fake
+        return cls(tmp_path / "netns")
 
-    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        monkeypatch.setattr(tc, "RtnlSocket", self.open_socket)
-        kernel = self
-
-        class FakeContainerNetns(apply.ContainerNetns):
-            def __enter__(self) -> FakeContainerNetns:
-                self.fake = kernel._entered(self.path)
-                return self
-
-            def open_rtnl(self) -> Any:
-                return FakeSocket(kernel, self.fake, tc=False)
-
-            def read_sysctl(self, file: str) -> str:
-                return kernel._sysctl(self.fake, file, None)
-
-            def write_sysctl(self, file: str, value: str) -> None:
-                kernel._sysctl(self.fake, file, value)
-
-            def if_inet6(self) -> str:
-                return self.fake.if_inet6
-
-        monkeypatch.setattr(apply, "ContainerNetns", FakeContainerNetns)
+    def port(self, plugin: str) -> Any:
+        """`plugin`'s kernel port answered by this kernel (None: the plugin's own)."""
+        return {"bandwidth": FakeBandwidthKernel, "tuning": FakeTuningKernel}.get(
+            plugin, lambda kernel: None
+        )(self)
 
     def open_socket(self, netns: str = "") -> FakeSocket:
         return FakeSocket(self, self._entered(netns) if netns else self.host)
@@ -371,6 +354,48 @@ class FakeKernel:
             raise _error(errno.ENOENT)
         ns.filters = [f for f in ns.filters if f not in same]
         yield from ()
+
+
+class FakeBandwidthKernel(tc.Kernel):
+    """bandwidth's port: its sockets are answered by a FakeKernel."""
+
+    def __init__(self, kernel: FakeKernel) -> None:
+        self.kernel = kernel
+
+    def rtnl(self, netns: str = "") -> tc.Rtnl:
+        return tc.Rtnl(self.kernel.open_socket(netns))
+
+
+class FakeTuningKernel(apply.Kernel):
+    """tuning's port: a container netns whose socket and files are a FakeKernel's."""
+
+    def __init__(self, kernel: FakeKernel) -> None:
+        self.kernel = kernel
+
+    def netns(self, path: str) -> apply.ContainerNetns:
+        return FakeContainerNetns(self.kernel, path)
+
+
+class FakeContainerNetns(apply.ContainerNetns):
+    def __init__(self, kernel: FakeKernel, path: str) -> None:
+        super().__init__(path)
+        self.kernel = kernel
+
+    def __enter__(self) -> FakeContainerNetns:
+        self.fake = self.kernel._entered(self.path)
+        return self
+
+    def open_rtnl(self) -> Any:
+        return FakeSocket(self.kernel, self.fake, tc=False)
+
+    def read_sysctl(self, file: str) -> str:
+        return self.kernel._sysctl(self.fake, file, None)
+
+    def write_sysctl(self, file: str, value: str) -> None:
+        self.kernel._sysctl(self.fake, file, value)
+
+    def if_inet6(self) -> str:
+        return self.fake.if_inet6
 
 
 class FakeSocket(rtnl.RtnlSocket):
