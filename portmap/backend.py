@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from common.gc import AttachmentId
     from common.state import Stamps
     from portmap.config import Attachment
+    from portmap.kernel import Kernel
     from portmap.state import Recorded
 
     class Backend(Protocol):
@@ -40,17 +41,17 @@ if TYPE_CHECKING:
 NFTABLES, IPTABLES = BACKENDS  # the config's "backend" values, and a record's
 
 
-def _make(name: str, sd: AttachmentStore, log: Log) -> Backend:
+def _make(name: str, sd: AttachmentStore, log: Log, kernel: Kernel) -> Backend:
     if name == IPTABLES:
         from portmap.xtables import XtablesBackend
 
-        return XtablesBackend(sd, log)
+        return XtablesBackend(sd, log, kernel.xtables)
     from portmap.nft import NftBackend
 
-    return NftBackend(sd, log)
+    return NftBackend(sd, log, kernel.nft)
 
 
-def _configured(options: Options) -> str:
+def _configured(options: Options, kernel: Kernel) -> str:
     """The configured backend; for auto, iptables when the config uses what only iptables
     has (externalSetMarkChain, iptables-style conditions: Go picks iptables for them, so
     a config written for Go means the same here), else nftables where libnftables works."""
@@ -60,37 +61,32 @@ def _configured(options: Options) -> str:
         options.conditions(family).iptables_style for family in (4, 6)
     ):
         return IPTABLES
-    from portmap import libnftables
-
-    try:
-        libnftables.load()  # the kernel's side is proven by the first transaction
-    except OSError:
-        return IPTABLES
-    return NFTABLES
+    return NFTABLES if kernel.nft.usable() else IPTABLES
 
 
-def choose(options: Options, sd: AttachmentStore, log: Log) -> Backend:
+def choose(options: Options, sd: AttachmentStore, log: Log, kernel: Kernel) -> Backend:
     """The backend of an ADD, CHECK or STATUS."""
-    return _make(_configured(options), sd, log)
+    return _make(_configured(options, kernel), sd, log, kernel)
 
 
 def of_attachment(
-    options: Options, recorded: Recorded | None, sd: AttachmentStore, log: Log
+    options: Options, recorded: Recorded | None, sd: AttachmentStore, log: Log, kernel: Kernel
 ) -> Backend:
     """The backend of a DEL: the one that recorded the attachment, else the config's."""
     if recorded is not None and recorded.backend in BACKENDS:
-        return _make(recorded.backend, sd, log)
-    return choose(options, sd, log)
+        return _make(recorded.backend, sd, log, kernel)
+    return choose(options, sd, log, kernel)
 
 
-def for_gc(options: Options, network: str, sd: AttachmentStore, log: Log) -> list[Backend]:
+def for_gc(
+    options: Options, network: str, sd: AttachmentStore, log: Log, kernel: Kernel
+) -> list[Backend]:
     """Every backend that may hold mappings of `network`: the config's, those of its
     records, and iptables wherever CNI-HOSTPORT-DNAT is: its chains are the Go portmap's
     too, made perhaps before ours was installed (a cheap look)."""
-    from portmap import probe
-
-    names = {_configured(options)}
+    names = {_configured(options, kernel)}
     names |= {e.backend for e in sd.entries(network).values() if e.backend in BACKENDS}
-    if any(probe.may_have(v, f, "CNI-HOSTPORT-DNAT") for v in ("nft", "legacy") for f in (4, 6)):
+    top = "CNI-HOSTPORT-DNAT"
+    if any(kernel.xtables.may_have(v, f, top) for v in ("nft", "legacy") for f in (4, 6)):
         names.add(IPTABLES)
-    return [_make(name, sd, log) for name in sorted(names)]
+    return [_make(name, sd, log, kernel) for name in sorted(names)]

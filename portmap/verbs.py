@@ -9,14 +9,12 @@ from __future__ import annotations
 
 from common.errors import CHECK_FAILED, KERNEL_FAILURE, CniError, invalid_config
 from common.log import Log
-
-# The seams for route_localnet that unit tests replace (tests/harness/fake_portmap.py).
-from common.netns import read_sysctl, write_sysctl
 from common.result import Result
 from common.skel import Request
 from portmap import backend as backends
 from portmap import config as cfg
 from portmap import state
+from portmap.kernel import Kernel
 from portmap.plan import Plan, UdpTargets, make_plan
 
 
@@ -24,44 +22,44 @@ def attachment(request: Request) -> cfg.Attachment:
     return cfg.Attachment(request.network, request.container_id, request.ifname)
 
 
+def kernel_of(request: Request) -> Kernel:
+    """The kernel port the request was handed, else the host's."""
+    kernel: Kernel = request.kernel or Kernel()
+    return kernel
+
+
 # ---------------------------------------------------------------------------- host extras
 
 
-def _route_localnet_path(plan: Plan) -> list[tuple[str, str]]:
+def _route_localnet_path(plan: Plan, kernel: Kernel) -> list[tuple[str, str]]:
     """(container address, /proc path) of route_localnet for each family that needs it."""
-    from portmap.netlink import route_oif_v4
-
     out = []
     for fp in plan.families:
         if fp.forwards and fp.localhost:
-            oif = route_oif_v4(fp.container_ip)
+            oif = kernel.route_oif_v4(fp.container_ip)
             if oif:
                 out.append((fp.container_ip, f"/proc/sys/net/ipv4/conf/{oif}/route_localnet"))
     return out
 
 
-def enable_route_localnet(plan: Plan) -> None:
-    for ip, path in _route_localnet_path(plan):
+def enable_route_localnet(plan: Plan, kernel: Kernel) -> None:
+    for ip, path in _route_localnet_path(plan, kernel):
         try:
-            write_sysctl(path, "1")
+            kernel.write_sysctl(path, "1")
         except OSError as e:
             raise CniError(
                 KERNEL_FAILURE, f"cannot enable route_localnet toward {ip} ({path})", str(e)
             ) from None
 
 
-def flush_conntrack(targets: UdpTargets, log: Log) -> None:
+def flush_conntrack(targets: UdpTargets, log: Log, kernel: Kernel) -> None:
     """Failures are reported in the log only: stale flows are a nuisance, not a failure."""
-    if not targets:
-        return
-    from portmap.netlink import flush_udp_conntrack
-
     for family in (4, 6):
         ports = [(ip, port) for fam, ip, port in targets if fam == family]
         if not ports:
             continue
         try:
-            n = flush_udp_conntrack(family, ports)
+            n = kernel.flush_udp_conntrack(family, ports)
             if n:
                 log.info(f"deleted {n} stale IPv{family} UDP conntrack entries")
         except OSError as e:
@@ -82,7 +80,8 @@ def add(request: Request) -> Result | None:
     if not config.mappings:
         return None  # pass prevResult through, in the config's cniVersion
     sd = state.store(request.log)
-    backend = backends.choose(config.options, sd, request.log)
+    kernel = kernel_of(request)
+    backend = backends.choose(config.options, sd, request.log, kernel)
     plan = make_plan(config, attachment(request), prev)
     for note in plan.skipped:
         request.log.warning(f"skipped {note}")
@@ -93,11 +92,11 @@ def add(request: Request) -> Result | None:
     # After the mappings, not before: a refused ADD must leave the interface's
     # route_localnet as it was (it is shared by every container behind it).
     try:
-        enable_route_localnet(plan)
+        enable_route_localnet(plan, kernel)
     except CniError:
         backend.delete(attachment(request), plan)
         raise
-    flush_conntrack(plan.udp_ports(), request.log)
+    flush_conntrack(plan.udp_ports(), request.log, kernel)
     return None
 
 
@@ -112,7 +111,8 @@ def delete(request: Request) -> None:
         request.log.warning(f"ignoring unreadable portmap config on DEL: {e}")
         config = cfg.PortmapConfig(cfg.Options(), ())
     recorded = sd.load(att)
-    backend = backends.of_attachment(config.options, recorded, sd, request.log)
+    kernel = kernel_of(request)
+    backend = backends.of_attachment(config.options, recorded, sd, request.log, kernel)
     plan = None
     prev = request.conf.prev_result
     # With a state file of its backend, a backend deletes what the file records and never
@@ -122,11 +122,12 @@ def delete(request: Request) -> None:
             plan = make_plan(config, att, prev)
         except CniError as e:
             request.log.warning(f"cannot plan from the DEL config: {e}")
-    flush_conntrack(backend.delete(att, plan), request.log)
+    flush_conntrack(backend.delete(att, plan), request.log, kernel)
     if recorded is None:  # not made by us: perhaps by the Go portmap (see go_takeover)
         from portmap.go_takeover import release
 
-        flush_conntrack(release(att.network, att.container_id, sd, request.log), request.log)
+        released = release(att.network, att.container_id, sd, request.log, kernel)
+        flush_conntrack(released, request.log, kernel)
 
 
 def check(request: Request) -> None:
@@ -137,7 +138,8 @@ def check(request: Request) -> None:
     if not config.mappings:
         return
     sd = state.store(request.log)
-    backend = backends.choose(config.options, sd, request.log)
+    kernel = kernel_of(request)
+    backend = backends.choose(config.options, sd, request.log, kernel)
     plan = make_plan(config, attachment(request), prev)
     if plan.empty:
         return
@@ -149,9 +151,9 @@ def check(request: Request) -> None:
             f"port mappings of {plan.attachment} differ from the config",
             "; ".join(problems[:10]) + more,
         )
-    for ip, path in _route_localnet_path(plan):
+    for ip, path in _route_localnet_path(plan, kernel):
         try:
-            on = read_sysctl(path).strip() == "1"
+            on = kernel.read_sysctl(path).strip() == "1"
         except OSError:
             on = False
         if not on:
@@ -169,11 +171,12 @@ def gc(request: Request) -> None:
     sd = state.store(request.log)
     before = sd.stamps()  # before any lock: see AttachmentStore.sweep
     valid = valid_attachments(request.conf.body)
-    state.drop_unusable(sd, request.network, before, request.log)
-    for backend in backends.for_gc(config.options, request.network, sd, request.log):
-        flush_conntrack(backend.gc(request.network, valid, before), request.log)
+    kernel = kernel_of(request)
+    for backend in backends.for_gc(config.options, request.network, sd, request.log, kernel):
+        flush_conntrack(backend.gc(request.network, valid, before), request.log, kernel)
 
 
 def status(request: Request) -> None:
     config = cfg.parse(request.conf)
-    backends.choose(config.options, state.store(), request.log).status()
+    kernel = kernel_of(request)
+    backends.choose(config.options, state.store(), request.log, kernel).status()

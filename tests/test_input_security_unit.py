@@ -155,7 +155,7 @@ def test_element_keys_read_back_from_a_state_file_must_be_plain() -> None:
     ]
     from portmap.state import Recorded
 
-    kept = nft._state_elements(Recorded.from_json({"backend": "nftables", "objects": objects}))
+    kept = nft.recorded_elements(Recorded.from_json({"backend": "nftables", "objects": objects}))
     assert kept is not None
     assert [[e.set, e.key] for e in kept] == objects[:3]
 
@@ -392,9 +392,11 @@ def test_iptables_is_never_run_from_a_relative_path_entry(
     planted.chmod(0o755)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PATH", f"{entry}:/usr/sbin:/usr/bin:/sbin:/bin")
-    assert xtables.host_default() in xtables.VARIANTS
+    from portmap import kernel
+
+    assert kernel.Kernel().xtables.host_variant() in xtables.VARIANTS
     assert not ran.exists()
-    for d in xtables.TOOL_DIRS:
+    for d in kernel.TOOL_DIRS:
         assert os.path.isabs(d)
 
 

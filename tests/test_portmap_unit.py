@@ -261,9 +261,10 @@ def test_iptables_only_keys_choose_iptables_when_no_backend_is_given() -> None:
     from common.log import Log
     from portmap import state
     from portmap.backend import choose
+    from tests.harness.fake_portmap import FakeNetfilter
 
     def backend(**keys: Any) -> str:
-        return choose(parsed([], **keys).options, state.store(), Log("")).name
+        return choose(parsed([], **keys).options, state.store(), Log(""), FakeNetfilter()).name
 
     assert backend(externalSetMarkChain="KUBE-MARK-MASQ") == "iptables"
     assert backend(conditionsV4=["-m", "addrtype", "--src-type", "LOCAL"]) == "iptables"
@@ -365,7 +366,8 @@ def test_gc_picks_only_the_go_jumps_of_its_network_whose_container_is_gone(
     kept."""
     from common.gc import AttachmentId
     from common.log import Log
-    from portmap import probe, state, xtables
+    from portmap import state, xtables
+    from portmap.kernel import NftKernel, XtablesKernel
 
     gone, kept = xtables.go_chain_name("n", "gone"), xtables.go_chain_name("n", "kept")
     shared = xtables.go_chain_name("n", "shared")
@@ -385,27 +387,31 @@ def test_gc_picks_only_the_go_jumps_of_its_network_whose_container_is_gone(
         shared: f"-N {shared}\n-A {shared} -p tcp -m tcp --dport 84 {dnat}:84",
     }
 
-    def listing(variant: str, family: int, names: tuple[str, ...]) -> str:
-        if names == (xtables.TOP,):
-            return "\n".join(["-N CNI-HOSTPORT-DNAT", *top])
-        return "\n".join(chains.get(n, "") for n in names)
-
-    def may_have(variant: str, family: int, chain: str) -> bool:
-        return (variant, family, chain) == ("nft", 4, xtables.TOP)
-
     committed: list[list[str]] = []
 
-    def restore(variant: str, family: int, lines: list[str]) -> str:
-        committed.append(lines)
-        return ""
+    class Port(XtablesKernel):
+        """Only the nft variant's IPv4 nat table exists, holding `top` and `chains`."""
 
-    monkeypatch.setattr(xtables, "listing", listing)
-    monkeypatch.setattr(xtables, "restore", restore)
-    monkeypatch.setattr(probe, "may_have", may_have)
+        def tool(self, variant: str, family: int, kind: str) -> str:
+            return f"/x/iptables-{variant}-{kind}"
+
+        def may_have(self, variant: str, family: int, chain: str) -> bool:
+            return (variant, family, chain) == ("nft", 4, xtables.TOP)
+
+        def run(self, argv: list[str], data: bytes = b"") -> tuple[int, str]:
+            if argv[0].endswith("-restore"):
+                committed.append(data.decode().splitlines()[1:-1])
+                return 0, ""
+            chain = argv[-1]
+            if chain == xtables.TOP:
+                return 0, "\n".join(["-N CNI-HOSTPORT-DNAT", *top])
+            return (0, chains[chain]) if chain in chains else (1, "No chain")
+
     monkeypatch.setenv("CNI_META_STATE_ROOT", str(tmp_path))
     sd = state.store()
 
-    udp = xtables.XtablesBackend(sd, Log("")).gc("n", {AttachmentId("kept", "net1")}, sd.stamps())
+    backend = xtables.XtablesBackend(sd, Log(""), Port(NftKernel()))
+    udp = backend.gc("n", {AttachmentId("kept", "net1")}, sd.stamps())
 
     assert udp == [(4, None, 53)]
     deletions = ["-D" + rule[2:] for rule in doomed] + [f"-F {gone}", f"-X {gone}"]
