@@ -24,7 +24,7 @@ MASQ_SUBNET = "subnet"  # container subnet (hairpin, neighbours) and, for IPv4, 
 MASQ_ALL = "all"
 # The UDP ports whose conntrack entries go when forwards go (stale entries would keep
 # sending a client's datagrams to a container that is gone): (family, host address or
-# None, port). Backends return them from delete and gc; portmap.netlink flushes them.
+# None, port). Backends return them from delete and gc; the verbs flush them.
 UdpTargets = list[tuple[int, str | None, int]]
 
 

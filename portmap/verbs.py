@@ -1,7 +1,9 @@
 """portmap's verbs: parse -> plan -> apply (through a backend) -> report.
 
-The host-side extras that do not depend on the backend live here too: route_localnet on
-the interface toward the container (so 127.0.0.1:hostPort can be forwarded) and the UDP
+Which backend serves a call is decided here, in one place (the config, the attachment's
+record and the host map to a backend object; nothing else knows their names). The
+host-side extras that do not depend on the backend live here too: route_localnet on the
+interface toward the container (so 127.0.0.1:hostPort can be forwarded) and the UDP
 conntrack flush after ADD and DEL.
 """
 
@@ -11,11 +13,39 @@ from common.errors import CHECK_FAILED, KERNEL_FAILURE, CniError, invalid_config
 from common.log import Log
 from common.result import Result
 from common.skel import Request
-from portmap import backend as backends
 from portmap import config as cfg
 from portmap import state
 from portmap.kernel import Kernel
 from portmap.plan import Plan, UdpTargets, make_plan
+
+# The interface both backends implement (for the type checker; nothing checks it at run
+# time, and `typing` is not imported on the call path).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Protocol
+
+    from common.gc import AttachmentId
+    from common.state import AttachmentStore, Stamps
+    from portmap.config import Attachment
+    from portmap.state import Recorded
+
+    class Backend(Protocol):
+        name: str  # what its records say
+
+        def owns(self, recorded: Recorded | None) -> bool: ...  # the record is of this backend
+
+        def add(self, plan: Plan) -> None: ...
+
+        def delete(self, att: Attachment, plan: Plan | None) -> UdpTargets: ...
+
+        def check(self, plan: Plan) -> list[str]: ...  # what differs from the plan
+
+        def gc(self, network: str, valid: set[AttachmentId], before: Stamps) -> UdpTargets: ...
+
+        def status(self) -> None: ...
+
+
+NFTABLES, IPTABLES = cfg.BACKENDS  # the config's "backend" values, and a record's
 
 
 def attachment(request: Request) -> cfg.Attachment:
@@ -26,6 +56,60 @@ def kernel_of(request: Request) -> Kernel:
     """The kernel port the request was handed, else the host's."""
     kernel: Kernel = request.kernel or Kernel()
     return kernel
+
+
+# ---------------------------------------------------------------------------- which backend
+
+
+def _make(name: str, sd: AttachmentStore, log: Log, kernel: Kernel) -> Backend:
+    if name == IPTABLES:
+        from portmap.xtables import XtablesBackend
+
+        return XtablesBackend(sd, log, kernel.xtables)
+    from portmap.nft import NftBackend
+
+    return NftBackend(sd, log, kernel.nft)
+
+
+def _configured(options: cfg.Options, kernel: Kernel) -> str:
+    """The configured backend; for auto, iptables when the config uses what only iptables
+    has (externalSetMarkChain, iptables-style conditions: Go picks iptables for them, so
+    a config written for Go means the same here), else nftables where libnftables works."""
+    if options.backend:
+        return options.backend
+    if options.external_set_mark_chain or any(
+        options.conditions(family).iptables_style for family in (4, 6)
+    ):
+        return IPTABLES
+    return NFTABLES if kernel.nft.usable() else IPTABLES
+
+
+def choose(options: cfg.Options, sd: AttachmentStore, log: Log, kernel: Kernel) -> Backend:
+    """The backend of an ADD, CHECK or STATUS."""
+    return _make(_configured(options, kernel), sd, log, kernel)
+
+
+def of_attachment(
+    options: cfg.Options, recorded: Recorded | None, sd: AttachmentStore, log: Log, kernel: Kernel
+) -> Backend:
+    """The backend of a DEL: the one that recorded the attachment, else the config's."""
+    if recorded is not None and recorded.backend in cfg.BACKENDS:
+        return _make(recorded.backend, sd, log, kernel)
+    return choose(options, sd, log, kernel)
+
+
+def for_gc(
+    options: cfg.Options, network: str, sd: AttachmentStore, log: Log, kernel: Kernel
+) -> list[Backend]:
+    """Every backend that may hold mappings of `network`: the config's, those of its
+    records, and iptables wherever CNI-HOSTPORT-DNAT is: its chains are the Go portmap's
+    too, made perhaps before ours was installed (a cheap look)."""
+    names = {_configured(options, kernel)}
+    names |= {e.backend for e in sd.entries(network).values() if e.backend in cfg.BACKENDS}
+    top = "CNI-HOSTPORT-DNAT"
+    if any(kernel.xtables.may_have(v, f, top) for v in ("nft", "legacy") for f in (4, 6)):
+        names.add(IPTABLES)
+    return [_make(name, sd, log, kernel) for name in sorted(names)]
 
 
 # ---------------------------------------------------------------------------- host extras
@@ -81,7 +165,7 @@ def add(request: Request) -> Result | None:
         return None  # pass prevResult through, in the config's cniVersion
     sd = state.store(request.log)
     kernel = kernel_of(request)
-    backend = backends.choose(config.options, sd, request.log, kernel)
+    backend = choose(config.options, sd, request.log, kernel)
     plan = make_plan(config, attachment(request), prev)
     for note in plan.skipped:
         request.log.warning(f"skipped {note}")
@@ -112,7 +196,7 @@ def delete(request: Request) -> None:
         config = cfg.PortmapConfig(cfg.Options(), ())
     recorded = sd.load(att)
     kernel = kernel_of(request)
-    backend = backends.of_attachment(config.options, recorded, sd, request.log, kernel)
+    backend = of_attachment(config.options, recorded, sd, request.log, kernel)
     plan = None
     prev = request.conf.prev_result
     # With a state file of its backend, a backend deletes what the file records and never
@@ -139,7 +223,7 @@ def check(request: Request) -> None:
         return
     sd = state.store(request.log)
     kernel = kernel_of(request)
-    backend = backends.choose(config.options, sd, request.log, kernel)
+    backend = choose(config.options, sd, request.log, kernel)
     plan = make_plan(config, attachment(request), prev)
     if plan.empty:
         return
@@ -172,11 +256,11 @@ def gc(request: Request) -> None:
     before = sd.stamps()  # before any lock: see AttachmentStore.sweep
     valid = valid_attachments(request.conf.body)
     kernel = kernel_of(request)
-    for backend in backends.for_gc(config.options, request.network, sd, request.log, kernel):
+    for backend in for_gc(config.options, request.network, sd, request.log, kernel):
         flush_conntrack(backend.gc(request.network, valid, before), request.log, kernel)
 
 
 def status(request: Request) -> None:
     config = cfg.parse(request.conf)
     kernel = kernel_of(request)
-    backends.choose(config.options, state.store(), request.log, kernel).status()
+    choose(config.options, state.store(), request.log, kernel).status()

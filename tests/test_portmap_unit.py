@@ -260,7 +260,7 @@ def test_udp_targets_come_from_claims() -> None:
 def test_iptables_only_keys_choose_iptables_when_no_backend_is_given() -> None:
     from common.log import Log
     from portmap import state
-    from portmap.backend import choose
+    from portmap.verbs import choose
     from tests.harness.fake_portmap import FakeNetfilter
 
     def backend(**keys: Any) -> str:
