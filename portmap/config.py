@@ -181,9 +181,8 @@ def parse_mapping(entry: JsonObject, index: int) -> PortMapping:
 
 # Every host port of every mapping (a `range` counts each port) becomes a map element per
 # family, a conntrack flush target and, with iptables, rules: a few hundred bytes of config
-# must not cost the node gigabytes and minutes (one `range` of 65535 on both families:
-# ~0.6 GB with nftables, ~1.2 GB and 90 s with iptables). 16384 still holds an RTP-style
-# 10000-20000 range.
+# must not cost the node gigabytes and minutes (a `range` of 65535 on both families did:
+# docs/testing.md). 16384 still holds an RTP-style 10000-20000 range.
 MAX_HOST_PORTS = 16384
 
 

@@ -39,7 +39,7 @@ SETMARK = "CNI-HOSTPORT-SETMARK"
 MASQ = "CNI-HOSTPORT-MASQ"
 LOCK = "iptables.lock"
 CHAIN_PREFIX = "CNI-DN-"
-OLD_COMMENT_PREFIX = "portmap "  # the jumps of our naming before Go's: "portmap <tag> ..."
+OLD_COMMENT_PREFIX = "portmap "  # jumps of the tag-based naming: "portmap <tag> ..."
 GO_COMMENT = 'dnat name: "{}" id: "{}"'
 MULTIPORT_PORTS = 15  # what one multiport match holds (a range takes two)
 VARIANTS = ("nft", "legacy")
@@ -62,8 +62,8 @@ def second_chain_name(att: Attachment) -> str:
 
 
 def old_chain_name(att: Attachment) -> str:
-    """The chain name of our releases before Go's naming (hash of the tag): attachments
-    added then are still deleted by it."""
+    """The tag-based chain name (a hash of the tag), which records and jumps may still
+    carry: DEL and GC remove it."""
     return CHAIN_PREFIX + sha512_hex(att.tag.encode())[:21]
 
 
@@ -326,7 +326,7 @@ class Jump(Value):
 
     @property
     def old_owner(self) -> str:
-        """The owning attachment's tag in a jump of our former naming, else ""."""
+        """The owning attachment's tag in a jump of the tag-based naming, else ""."""
         if not self.comment.startswith(OLD_COMMENT_PREFIX):
             return ""
         return self.comment[len(OLD_COMMENT_PREFIX) :].split(" ", 1)[0]
@@ -590,11 +590,11 @@ class XtablesBackend:
         out = []
         for obj in recorded.objects:
             if isinstance(obj, list) and obj and obj[0] in (4, 6):
-                # records of our former naming hold its chain name, which DEL then uses
+                # a record of the tag-based naming holds that chain name
                 chain = obj[1] if len(obj) > 1 and isinstance(obj[1], str) else ""
                 if not chain.startswith(CHAIN_PREFIX) or len(chain) > 28:
                     chain = old_chain_name(att)
-                # no variant: written by the libiptc backend, which wrote the legacy tables
+                # a record without a variant is of the legacy tables
                 variant = obj[2] if len(obj) > 2 and obj[2] in VARIANTS else "legacy"
                 out.append((int(obj[0]), chain, str(variant)))
         return out
@@ -631,7 +631,7 @@ class XtablesBackend:
 
             for family, chain, old in previous:
                 # a repeated ADD after the host changed variant, or of an attachment
-                # added under our former naming: the previous record still covers these
+                # with a tag-based chain: the previous record still covers these
                 # until the intent below replaces it
                 if (chain, old) != (name, variant):
                     self.tools.delete_chains(old, family, (chain,))
@@ -734,7 +734,7 @@ class XtablesBackend:
         """Both variants, both families (an attachment may have been added before the host
         switched), wherever CNI-HOSTPORT-DNAT may be: the jumps of `network` in Go's
         format (ours and the Go portmap's alike) whose container is neither valid nor in
-        an ADD in flight, those of our former format whose attachment is stale; then
+        an ADD in flight, those of the tag-based format whose attachment is stale; then
         their chains, unless another rule still jumps there."""
         targets: UdpTargets = []
         prefix = network_tag(network) + "-"
