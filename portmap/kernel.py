@@ -156,31 +156,6 @@ class XtablesKernel:
         return self.legacy_nat_exists(family)
 
 
-class Kernel:
-    """The host as portmap's verbs reach it: the backends' ports, route_localnet on the
-    interface toward a container, and the UDP conntrack flush."""
-
-    def __init__(self) -> None:
-        self.nft = NftKernel()
-        self.xtables = XtablesKernel(self.nft)
-
-    def route_oif_v4(self, ip: str) -> str | None:
-        return route_oif_v4(ip)
-
-    def read_sysctl(self, path: str) -> str:
-        from common.netns import read_sysctl
-
-        return read_sysctl(path)
-
-    def write_sysctl(self, path: str, value: str) -> None:
-        from common.netns import write_sysctl
-
-        write_sysctl(path, value)
-
-    def flush_udp_conntrack(self, family: int, targets: Iterable[tuple[str | None, int]]) -> int:
-        return flush_udp_conntrack(family, targets)
-
-
 # ---------------------------------------------------------------------------- netlink
 
 # linux/netfilter/nfnetlink.h, nfnetlink_conntrack.h
@@ -191,22 +166,6 @@ CTA_TUPLE_IP, CTA_TUPLE_PROTO = 1, 2  # in CTA_TUPLE_ORIG
 CTA_IP_V4_DST, CTA_IP_V6_DST = 2, 4  # in CTA_TUPLE_IP
 CTA_PROTO_NUM, CTA_PROTO_DST_PORT = 1, 3  # in CTA_TUPLE_PROTO
 IPPROTO_UDP = 17
-
-
-def route_oif_v4(ip: str) -> str | None:
-    """The interface the host routes a container address through (the bridge), whose
-    route_localnet must be on for 127.0.0.1 to be forwarded: the longest-prefix IPv4 route
-    of the main table, from /proc/net/route (no socket module to import on the ADD path)."""
-    target = sum(int(b) << (8 * i) for i, b in enumerate(ip.split(".")))  # little-endian
-    try:
-        with open("/proc/net/route") as f:
-            rows = [line.split() for line in f.read().splitlines()[1:]]
-    except OSError:
-        return None
-    # columns: Iface Destination Gateway Flags RefCnt Use Metric Mask ...
-    routes = [r for r in rows if len(r) >= 8 and target & int(r[7], 16) == int(r[1], 16)]
-    best = max(routes, key=lambda r: (int(r[7], 16).bit_count(), -int(r[6])), default=None)
-    return best[0] if best else None
 
 
 def nfgenmsg(family: int) -> bytes:
@@ -232,37 +191,70 @@ def _udp_destination(payload: bytes) -> tuple[bytes, bytes, int, bytes] | None:
     return tuple_raw, entry.get(CTA_ZONE, b""), port, addr
 
 
-def flush_udp_conntrack(family: int, targets: Iterable[tuple[str | None, int]]) -> int:
-    """Delete UDP conntrack entries of `family` (4/6) whose original destination port is a
-    target port (and, when the target has a host address, whose destination is it), so
-    that old flows stop going to a previous container. Returns how many were deleted."""
-    from common import rtnl
+class Kernel:
+    """The host as portmap's verbs reach it: the backends' ports, route_localnet on the
+    interface toward a container, and the UDP conntrack flush."""
 
-    wanted: dict[int, set[bytes | None]] = {}
-    af = _socket.AF_INET6 if family == 6 else _socket.AF_INET
-    for host_ip, port in targets:
-        wanted.setdefault(port, set()).add(_socket.inet_pton(af, host_ip) if host_ip else None)
-    if not wanted:
-        return 0
-    doomed: list[tuple[bytes, bytes]] = []
-    get = (NFNL_SUBSYS_CTNETLINK << 8) | IPCTNL_MSG_CT_GET
-    delete = (NFNL_SUBSYS_CTNETLINK << 8) | IPCTNL_MSG_CT_DELETE
-    with rtnl.NetlinkSocket(rtnl.NETLINK_NETFILTER) as nl:
-        for reply in nl.request(get, rtnl.NLM_F_DUMP, nfgenmsg(family)):
-            entry = _udp_destination(reply[rtnl.NLMSG_HDRLEN :])
-            if entry is None:
-                continue
-            tuple_raw, zone, port, addr = entry
-            if port in wanted and wanted[port] & {None, addr}:
-                doomed.append((tuple_raw, zone))
-        deleted = 0
-        for tuple_raw, zone in doomed:
-            body = rtnl.nla(CTA_TUPLE_ORIG | rtnl.NLA_F_NESTED, tuple_raw)
-            if zone:
-                body += rtnl.nla(CTA_ZONE, zone)
-            try:
-                nl.call(delete, 0, nfgenmsg(family) + body)
-                deleted += 1
-            except rtnl.NetlinkError:
-                pass  # gone already (expired or deleted by someone else): fine
-    return deleted
+    def __init__(self) -> None:
+        self.nft = NftKernel()
+        self.xtables = XtablesKernel(self.nft)
+
+    def route_oif_v4(self, ip: str) -> str | None:
+        """The interface the host routes a container address through (the bridge), whose
+        route_localnet must be on for 127.0.0.1 to be forwarded: the longest-prefix IPv4 route
+        of the main table, from /proc/net/route (no socket module to import on the ADD path)."""
+        target = sum(int(b) << (8 * i) for i, b in enumerate(ip.split(".")))  # little-endian
+        try:
+            with open("/proc/net/route") as f:
+                rows = [line.split() for line in f.read().splitlines()[1:]]
+        except OSError:
+            return None
+        # columns: Iface Destination Gateway Flags RefCnt Use Metric Mask ...
+        routes = [r for r in rows if len(r) >= 8 and target & int(r[7], 16) == int(r[1], 16)]
+        best = max(routes, key=lambda r: (int(r[7], 16).bit_count(), -int(r[6])), default=None)
+        return best[0] if best else None
+
+    def read_sysctl(self, path: str) -> str:
+        from common.netns import read_sysctl
+
+        return read_sysctl(path)
+
+    def write_sysctl(self, path: str, value: str) -> None:
+        from common.netns import write_sysctl
+
+        write_sysctl(path, value)
+
+    def flush_udp_conntrack(self, family: int, targets: Iterable[tuple[str | None, int]]) -> int:
+        """Delete UDP conntrack entries of `family` (4/6) whose original destination port is a
+        target port (and, when the target has a host address, whose destination is it), so
+        that old flows stop going to a previous container. Returns how many were deleted."""
+        from common import rtnl
+
+        wanted: dict[int, set[bytes | None]] = {}
+        af = _socket.AF_INET6 if family == 6 else _socket.AF_INET
+        for host_ip, port in targets:
+            wanted.setdefault(port, set()).add(_socket.inet_pton(af, host_ip) if host_ip else None)
+        if not wanted:
+            return 0
+        doomed: list[tuple[bytes, bytes]] = []
+        get = (NFNL_SUBSYS_CTNETLINK << 8) | IPCTNL_MSG_CT_GET
+        delete = (NFNL_SUBSYS_CTNETLINK << 8) | IPCTNL_MSG_CT_DELETE
+        with rtnl.NetlinkSocket(rtnl.NETLINK_NETFILTER) as nl:
+            for reply in nl.request(get, rtnl.NLM_F_DUMP, nfgenmsg(family)):
+                entry = _udp_destination(reply[rtnl.NLMSG_HDRLEN :])
+                if entry is None:
+                    continue
+                tuple_raw, zone, port, addr = entry
+                if port in wanted and wanted[port] & {None, addr}:
+                    doomed.append((tuple_raw, zone))
+            deleted = 0
+            for tuple_raw, zone in doomed:
+                body = rtnl.nla(CTA_TUPLE_ORIG | rtnl.NLA_F_NESTED, tuple_raw)
+                if zone:
+                    body += rtnl.nla(CTA_ZONE, zone)
+                try:
+                    nl.call(delete, 0, nfgenmsg(family) + body)
+                    deleted += 1
+                except rtnl.NetlinkError:
+                    pass  # gone already (expired or deleted by someone else): fine
+        return deleted
