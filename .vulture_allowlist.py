@@ -47,3 +47,12 @@ _.attach
 _.container
 _.detach
 cni_chain
+
+# tuning's link options are read and written by name: the fields of tuning/config.py's
+# LinkSettings through LINK_OPTIONS, the flag bits of common/rtnl.py through
+# tuning/apply.py's FLAGS.
+_.promisc
+_.allmulti
+_.tx_qlen
+IFF_PROMISC
+IFF_ALLMULTI

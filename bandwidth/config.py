@@ -85,8 +85,9 @@ def _direction(obj: JsonObject, direction: str) -> Limit | None:
 def parse(conf: NetConf) -> BandwidthConfig:
     obj = _source(conf)
     for key in ("shapedSubnets", "unshapedSubnets"):
-        # Upstream 1.4+ shapes only some subnets (with htb). Ignoring the key would
-        # shape everything, the opposite of what was asked: say so instead.
+        # Upstream 1.5.x shapes only some subnets (with htb; added in 1.5.0, reverted in
+        # 1.6.0). Ignoring the key would shape everything, the opposite of what was
+        # asked: say so instead.
         if obj.array(key):
             raise CniError(
                 UNSUPPORTED_FIELD,

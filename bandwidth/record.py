@@ -1,4 +1,4 @@
-"""bandwidth's entry in the attachment store: where an attachment was shaped and what it
+"""bandwidth's record in the attachment store: where an attachment was shaped and what it
 created there.
 
 The kernel alone cannot tell DEL whether the ingress qdisc on a host veth was made by us
@@ -13,20 +13,16 @@ from __future__ import annotations
 from bandwidth.model import CONTAINER, HOST
 from bandwidth.plan import Ownership
 from common import jsontext as json
+from common import state
 from common.digest import sha256_hex
-from common.state import AttachmentStore, plugin_dir
-from common.values import Value
+from common.state import AttachmentStore, Flat, Key, flag, integer, name, one_of, plugin_dir, text
+from common.values import field
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
-
     from common.log import Log
 
 PLUGIN = "bandwidth"
-# The keys of a record that must hold a non-empty string.
-_NAMES = ("network", "containerID", "ifname", "mode", "device", "ifb")
-_OWNS = ("ownsDeviceTbf", "ownsIngressQdisc")  # optional: absent is False
 MAX_IFINDEX = 2**31 - 1  # the kernel's ifindex is a positive int
 
 
@@ -34,69 +30,30 @@ def store(log: Log | None = None) -> AttachmentStore:
     return AttachmentStore(plugin_dir(PLUGIN), Record, log)
 
 
-class Record(Value):
-    network: str
-    container_id: str
-    ifname: str
-    mode: str  # HOST or CONTAINER
-    device: str  # the shaped device's name ...
-    device_index: int  # ... and ifindex, so that a reused name is not mistaken for it
-    netns: str  # the container netns (where CONTAINER mode shapes)
-    ifb: str
-    ownership: Ownership
+class Record(state.Record):
+    """Strict: a value that is not as written (a "deviceIndex" of 1e400 or -1, an
+    "ownsDeviceTbf" of "false") makes the file unusable rather than make DEL look at,
+    or remove, what is not ours."""
+
+    mode: str = HOST  # HOST or CONTAINER
+    device: str = ""  # the shaped device's name ...
+    device_index: int = 0  # ... and ifindex, so that a reused name is not mistaken for it
+    ifb: str = ""
+    netns: str = ""  # the container netns (where CONTAINER mode shapes)
+    ownership: Ownership = field(default_factory=Ownership)
+    KEYS = {
+        "mode": Key("mode", one_of(HOST, CONTAINER), required=True),
+        "device": Key("device", name, required=True),
+        "device_index": Key("deviceIndex", integer(1, MAX_IFINDEX), required=True),
+        "ifb": Key("ifb", name, required=True),
+        "netns": Key("netns", text),
+        "ownership": Flat(Ownership, {"device_tbf": Key("ownsDeviceTbf", flag),
+                                      "ingress_qdisc": Key("ownsIngressQdisc", flag)}),
+    }  # fmt: skip
 
     @staticmethod
-    def file_name(network: str, container_id: str, ifname: str) -> str:
-        # Hashed: network names and container ids may both contain "_", so joining them
-        # would not be unambiguous; the file itself holds the clear names.
+    def former_name(network: str, container_id: str, ifname: str) -> str:
+        """Where earlier versions kept the record: still read (a pod added before an
+        upgrade keeps its file) and replaced by the record's next save."""
         key = json.dumps([network, container_id, ifname]).encode()
         return sha256_hex(key)[:40] + ".json"
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "network": self.network,
-            "containerID": self.container_id,
-            "ifname": self.ifname,
-            "mode": self.mode,
-            "device": self.device,
-            "deviceIndex": self.device_index,
-            "netns": self.netns,
-            "ifb": self.ifb,
-            "ownsDeviceTbf": self.ownership.device_tbf,
-            "ownsIngressQdisc": self.ownership.ingress_qdisc,
-        }
-
-    @classmethod
-    def from_json(cls, raw: Any) -> Record | None:
-        """A record; None for what is not even an object. Nothing is coerced: a value that
-        is not as to_json writes it is a ValueError naming it (the store then treats the
-        file as unusable, which DEL and GC remove), where a "deviceIndex" of 1e400 or -1
-        or an "ownsDeviceTbf" of "false" would make DEL look at, or remove, what is not
-        ours."""
-        if not isinstance(raw, dict):
-            return None
-        for key in _NAMES:
-            if not isinstance(raw.get(key), str) or not raw[key]:
-                raise ValueError(f"{key} is not a non-empty string")
-        if raw["mode"] not in (HOST, CONTAINER):
-            raise ValueError(f"mode is neither {HOST!r} nor {CONTAINER!r}")
-        index = raw.get("deviceIndex")
-        if type(index) is not int or not 0 < index <= MAX_IFINDEX:  # (a bool is an int too)
-            raise ValueError(f"deviceIndex is not an ifindex (1 to {MAX_IFINDEX})")
-        netns = raw.get("netns", "")
-        if not isinstance(netns, str):
-            raise ValueError("netns is not a string")
-        owns = [raw.get(key, False) for key in _OWNS]
-        if not all(isinstance(v, bool) for v in owns):
-            raise ValueError(f"{' or '.join(_OWNS)} is not true or false")
-        return cls(
-            network=raw["network"],
-            container_id=raw["containerID"],
-            ifname=raw["ifname"],
-            mode=raw["mode"],
-            device=raw["device"],
-            device_index=index,
-            netns=netns,
-            ifb=raw["ifb"],
-            ownership=Ownership(*owns),
-        )

@@ -367,8 +367,8 @@ def _need(device: Link | None) -> Link:
 
 def netlink_answers() -> None:
     """STATUS: rtnetlink answers a GET of `lo` (ifindex 1 in every netns), asked in plain
-    bytes so that a status poll does not load pyroute2's message classes (~30 ms, the
-    bulk of a poll). Raises OSError when it does not."""
+    bytes so that a status poll does not load pyroute2's message classes (the bulk of a
+    poll's cost). Raises OSError when it does not."""
     import struct
 
     with rtnl.NetlinkSocket(rtnl.NETLINK_ROUTE) as nl:

@@ -17,7 +17,6 @@ from common.errors import (
     CniError,
     invalid_config,
 )
-from common.gc import AttachmentId, valid_attachments
 from common.netns import entered_if_present
 from common.result import Interface, Result
 from common.skel import Request
@@ -216,6 +215,8 @@ def delete(request: Request) -> None:
 
 def gc(request: Request) -> None:
     """Remove the shaping of every attachment on this network that is not still valid."""
+    from common.gc import AttachmentId, valid_attachments
+
     valid = valid_attachments(request.conf.body)
     network = request.network
     kernel = _kernel(request)

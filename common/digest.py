@@ -1,6 +1,6 @@
 """sha512/sha256 hex digests without importing hashlib (every plugin's names and tags).
 
-hashlib loads OpenSSL's _hashlib (~3 ms, paid on every container start); the builtin
+hashlib loads OpenSSL's _hashlib (paid on every container start); the builtin
 modules CPython ships give the same digests for the few bytes hashed here. They are
 private: where neither is importable, hashlib does the work (tests/test_stdlib_fallback.py
 forces that path).

@@ -1,7 +1,7 @@
 """JSON text in and out, as `json.loads` / `json.dumps` with their default settings, without
 importing the `json` package.
 
-`import json` costs ~9 ms of every plugin start: json.decoder and json.scanner compile
+`import json` is a cost of every plugin start: json.decoder and json.scanner compile
 regular expressions when they are imported (pulling in `re`, `enum`, `functools`,
 `collections`), although the C scanner and encoder of CPython's `_json`, which do the
 actual work, never use them. This module drives that same C scanner and encoder, so the

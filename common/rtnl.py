@@ -7,7 +7,7 @@ messages and bandwidth's STATUS probe go on the same socket as plain bytes.
 
 from __future__ import annotations
 
-import _socket  # not `socket`: that imports enum and selectors (~3 ms)
+import _socket  # not `socket`: that imports enum and selectors
 import errno
 import os
 import struct

@@ -15,8 +15,8 @@ from common import jsontext as json
 from common import versions
 from common.errors import INTERNAL, MAX_STDIN_BYTES, CniError, escape
 
-# `typing` costs several ms to import; type checkers treat this name as true whatever its
-# value, so the annotations below are checked without the runtime paying for them.
+# `typing` is costly to import; type checkers treat this name as true whatever its value,
+# so the annotations below are checked without the runtime paying for them.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -149,8 +149,8 @@ def _make_log(plugin: str, raw: dict[str, Any] | None, env: Mapping[str, str]) -
 
 
 def _command(environ: Mapping[str, str] | None) -> str:
-    """CNI_COMMAND, read without importing `os` (~1.2 ms, half of what VERSION and the
-    banner import): `posix.environ` is the builtin behind os.environ, in bytes."""
+    """CNI_COMMAND, read without importing `os` (a large part of what VERSION and the
+    banner would import): `posix.environ` is the builtin behind os.environ, in bytes."""
     if environ is not None:
         return environ.get("CNI_COMMAND", "")
     import posix

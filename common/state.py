@@ -2,9 +2,9 @@
 
 One JSON file per attachment under <root>/<plugin>/, written atomically, read and written
 under a lock with a deadline, swept by GC the same way for every plugin (AttachmentStore).
-What a plugin keeps, and how it spells it, is its codec: the entry class it gives the
-store. Layout, modes and what stays after the last DEL: docs/architecture.md ("The
-attachment store").
+What a plugin keeps, and how it spells it, is its record type, declared once (Record,
+below) and decoded the same way for every plugin. Layout, modes and what stays after the
+last DEL: docs/architecture.md ("The attachment store").
 """
 
 from __future__ import annotations
@@ -17,11 +17,12 @@ from contextlib import contextmanager, suppress
 
 from common import jsontext as json
 from common.errors import IO_FAILURE, TRY_AGAIN_LATER, CniError
+from common.values import Value
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping
-    from typing import Any, Protocol
+    from collections.abc import Callable, Iterator, Mapping
+    from typing import Any, ClassVar, Protocol, Self
 
     from common.gc import AttachmentId
     from common.log import Log
@@ -37,14 +38,16 @@ if TYPE_CHECKING:
         def ifname(self) -> str: ...
 
     class Codec(Protocol):
-        """A plugin's entry class: what it keeps for one attachment, to and from JSON."""
+        """A plugin's record type (Record, below): what it keeps for one attachment, to
+        and from JSON, and the file it is kept in."""
 
         @staticmethod
         def file_name(network: str, container_id: str, ifname: str) -> str: ...
         @classmethod
-        def from_json(cls, raw: Any) -> Any: ...  # an entry, None or ValueError: unusable
+        def from_json(cls, raw: Any) -> Any: ...  # a record, None or ValueError: unusable
 
     Stamps = dict[str, tuple[int, int]]
+    Keys = dict[str, "Key | Flat"]
 
 DEFAULT_ROOT = "/run/cni/meta-plugins"
 ROOT_ENV = "CNI_META_STATE_ROOT"
@@ -260,9 +263,9 @@ class StateDir:
         that exists is replaced by rename from `<name>.tmp`: a name fixed per file, which
         `remove` deletes too, so a plugin killed mid-write leaves nothing that DEL or GC
         of that attachment misses. Callers hold the dir's lock while writing (every plugin
-        does), so no two writers share that name. No fsync (~5-15 ms per container start):
-        the files live in tmpfs, as the kernel state they describe does not survive a
-        reboot either.
+        does), so no two writers share that name. No fsync (a cost on every container
+        start): the files live in tmpfs, as the kernel state they describe does not
+        survive a reboot either.
         """
         self.ensure()
         final = self.path(name)
@@ -355,30 +358,45 @@ class StateDir:
 
 
 class AttachmentStore(StateDir):
-    """One entry per attachment, in a file the codec names; nothing else reads them.
+    """One record per attachment, in a file the record type names; nothing else reads them.
 
-    An entry is the codec's value: it has `network`, `container_id` and `ifname` (its
-    owner, "" where unknown: a file another program wrote) and `to_json()`. `load` and
-    `save` take the owner apart from the entry, so that an entry without one (Go's
-    tuning's) is put back where it was found.
+    A record (Record, below) has `network`, `container_id` and `ifname` (its owner, ""
+    where unknown: a file another program wrote) and `to_json()`. `load` and `save` take
+    the owner apart from the record, so that a record without one (Go's tuning's) is put
+    back where it was found. A record type with a `former_name` is also looked for there
+    (see bandwidth's): such a file is read, and replaced by the next save.
     """
 
     def __init__(self, directory: str, codec: type[Codec], log: Log | None = None) -> None:
         super().__init__(directory)
         self.codec = codec
         self.log = log  # where load says which file it could not use
+        self._former = getattr(codec, "former_name", None)
 
     def file_of(self, owner: Owner) -> str:
         return self.codec.file_name(owner.network, owner.container_id, owner.ifname)
 
+    def _files_of(self, owner: Owner) -> tuple[str, ...]:
+        """The attachment's file name, then its former one (when the type had one)."""
+        name = self.file_of(owner)
+        if self._former is None:
+            return (name,)
+        former: str = self._former(owner.network, owner.container_id, owner.ifname)
+        return (name, former)
+
+    def _found(self, owner: Owner) -> str | None:
+        return next((n for n in self._files_of(owner) if self._stat(n) is not None), None)
+
     def has(self, owner: Owner) -> bool:
-        return self._stat(self.file_of(owner)) is not None
+        return self._found(owner) is not None
 
     def load(self, owner: Owner) -> Any:
-        """The attachment's entry, or None: no file, or one it cannot use (see examine;
+        """The attachment's record, or None: no file, or one it cannot use (see examine;
         said in the store's log). The caller's next save or forget replaces or removes
         such a file: a DEL forgets it whatever it held, so that it always finishes."""
-        name = self.file_of(owner)
+        name = self._found(owner)
+        if name is None:
+            return None
         entry, problem = self.examine(name)
         if problem and self.log is not None:
             self.log.warning(f"ignoring unusable state file {self.path(name)}: {problem}")
@@ -421,10 +439,14 @@ class AttachmentStore(StateDir):
         return out
 
     def save(self, owner: Owner, entry: Any) -> None:
-        self.write_json(self.file_of(owner), entry.to_json())
+        name, *former = self._files_of(owner)
+        self.write_json(name, entry.to_json())
+        for each in former:
+            self.remove(each)
 
     def forget(self, owner: Owner) -> None:
-        self.remove(self.file_of(owner))
+        for name in self._files_of(owner):
+            self.remove(name)
 
     def entries(self, network: str) -> dict[str, Any]:
         """File name -> entry of every attachment of `network` (an entry that names
@@ -435,7 +457,7 @@ class AttachmentStore(StateDir):
             if entry is None or entry.network != network or not entry.container_id:
                 continue
             try:
-                if self.file_of(entry) == name:
+                if name in self._files_of(entry):
                     out[name] = entry
             except CniError:  # an owner no file of ours could be named after
                 continue
@@ -476,6 +498,179 @@ class AttachmentStore(StateDir):
         return stale, in_flight
 
 
+# ---------------------------------------------------------------------------- records
+# What the store keeps of one attachment, and how it is spelled in JSON, declared once per
+# record type.
+#
+# A record type is a common.values.Value with the owner (`network`, `container_id`,
+# `ifname`) and `committed` (common.attachment) from `Record`, its own fields, and in `KEYS`
+# the JSON key and the decoder of each of its own fields:
+#
+#     class Shaping(Record):
+#         device: str = ""
+#         netns: str = ""
+#         KEYS = {"device": Key("device", name, required=True), "netns": Key("netns", text)}
+#
+# Decoding is the same for every type. An absent key (or null) gives the field's default,
+# but for a `required` key of a strict record, which is unusable without it. A value its
+# decoder refuses (ValueError) makes the whole record unusable, naming the key (the store
+# then ignores the file, DEL forgets it, GC removes it), unless the type is `TOLERANT`:
+# then the field takes its default, for files that other programs write too. A field
+# whose value is None (or encodes to None) is not written.
+#
+# Files are named `<network tag>-<attachment tag>.json` (`tagged_name`), so that GC can
+# tell a network's files by their names alone; a type may keep another name (tuning keeps
+# Go's, for takeover).
+
+
+def tagged_name(network: str, container_id: str, ifname: str) -> str:
+    """`<network hash>-<attachment hash>.json`: GC tells a network's files by the first
+    part (portmap's kernel objects carry the same tag)."""
+    from common.digest import sha256_hex
+
+    raw = "\0".join((network, container_id, ifname)).encode()
+    return f"{sha256_hex(network.encode())[:8]}-{sha256_hex(raw)[:16]}.json"
+
+
+# ---------------------------------------------------------------------------- decoders
+# Each takes a JSON value that is present and not null, and returns the field's value or
+# raises ValueError saying what the value is not (the key is put in front of it).
+
+
+def text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError("is not a string")
+    return value
+
+
+def name(value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise ValueError("is not a non-empty string")
+    return value
+
+
+def flag(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError("is not true or false")
+    return value
+
+
+def listed(value: Any) -> list[Any]:
+    if not isinstance(value, list):
+        raise ValueError("is not a list")
+    return value
+
+
+def integer(low: int, high: int) -> Callable[[Any], int]:
+    def decode(value: Any) -> int:
+        if type(value) is not int or not low <= value <= high:  # (a bool is an int too)
+            raise ValueError(f"is not an integer from {low} to {high}")
+        return value
+
+    return decode
+
+
+def one_of(*choices: str) -> Callable[[Any], str]:
+    def decode(value: Any) -> str:
+        if value not in choices:
+            raise ValueError(f"is none of {', '.join(map(repr, choices))}")
+        return str(value)
+
+    return decode
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+class Key(Value):
+    """A field's JSON key, its decoder, (when the JSON is not the value) its encoder, and
+    whether a strict record is unusable without it (else its absence is the default)."""
+
+    json: str
+    decode: Callable[[Any], Any]
+    encode: Callable[[Any], Any] = _same
+    required: bool = False
+
+
+class Flat(Value):
+    """A field that is a Value of its own, whose keys sit in the record's object."""
+
+    of: type[Value]
+    keys: Keys
+
+
+# A strict record is nobody's without its owner.
+BASE_KEYS: Keys = {
+    "network": Key("network", name, required=True),
+    "container_id": Key("containerID", name, required=True),
+    "ifname": Key("ifname", name, required=True),
+    "committed": Key("committed", flag),
+}
+
+
+def _encode(value: Value, keys: Keys, out: dict[str, Any]) -> None:
+    for field, key in keys.items():
+        item = getattr(value, field)
+        if isinstance(key, Flat):
+            _encode(item, key.keys, out)
+            continue
+        if item is not None:
+            item = key.encode(item)
+        if item is not None:
+            out[key.json] = item
+
+
+def _decode(of: type[Value], raw: dict[str, Any], keys: Keys, tolerant: bool) -> Any:
+    fields: dict[str, Any] = {}
+    for field, key in keys.items():
+        if isinstance(key, Flat):
+            fields[field] = _decode(key.of, raw, key.keys, tolerant)
+            continue
+        value = raw.get(key.json)
+        if value is None and key.json == "ifname":
+            value = raw.get("ifName")  # how tuning's backups on nodes spell it
+        if value is None:
+            if key.required and not tolerant:
+                raise ValueError(f"{key.json} is missing")
+            continue
+        try:
+            fields[field] = key.decode(value)
+        except ValueError as e:
+            if not tolerant:
+                raise ValueError(f"{key.json} {e}") from None
+    return of(**fields)
+
+
+class Record(Value):
+    """The base of every record type (see "records" above)."""
+
+    network: str = ""
+    container_id: str = ""
+    ifname: str = ""
+    committed: bool = False
+    KEYS: ClassVar[Keys] = {}
+    TOLERANT: ClassVar[bool] = False
+
+    @staticmethod
+    def file_name(network: str, container_id: str, ifname: str) -> str:
+        return tagged_name(network, container_id, ifname)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        _encode(self, BASE_KEYS | self.KEYS, out)
+        return out
+
+    @classmethod
+    def from_json(cls, raw: Any) -> Self | None:
+        """The record in `raw` (None when it is not even an object); ValueError when one
+        of its values is not as `to_json` writes it (see "records" above)."""
+        if not isinstance(raw, dict):
+            return None
+        record: Self = _decode(cls, raw, BASE_KEYS | cls.KEYS, cls.TOLERANT)
+        return record
+
+
 def decode(data: bytes) -> tuple[Any, str]:
     """(content, "") of a state file's bytes, or (None, why) for bytes that are not JSON we
     can decode. A torn file cannot come from write_json, but a damaged or planted one must
@@ -510,8 +705,8 @@ def _flock(fd: int, path: str, timeout: float) -> bool:
 
     The wait is a blocking flock cut off by SIGALRM: a blocked flock is woken the moment
     the holder lets go, where a poller with sleeps loses that race to every caller that
-    happens to be awake and can starve for the whole timeout (16 tuning ADDs at once did,
-    on one dataDir lock). Signals need the main thread: plugin code runs there.
+    happens to be awake and can starve for the whole timeout (many tuning ADDs waiting on
+    one dataDir lock). Signals need the main thread: plugin code runs there.
     """
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -1,7 +1,7 @@
 """Base of the plain value classes (configs, plans, kernel observations).
 
 What `@dataclass` gives, without importing `dataclasses` (which imports `inspect`, `re`
-and more: ~10 ms on every container start). A value class only declares its fields:
+and more, on every container start). A value class only declares its fields:
 
     class Link(Value):
         index: int
@@ -18,7 +18,7 @@ overriding `_fields`.
 
 from __future__ import annotations
 
-TYPE_CHECKING = False  # `typing` itself costs ~15 ms to import
+TYPE_CHECKING = False  # `typing` is costly to import (docs/performance.md)
 if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any, ClassVar, Self, TypeVar, dataclass_transform

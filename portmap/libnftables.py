@@ -1,6 +1,8 @@
-"""libnftables through ctypes: the project's one binding of it. Not pip-nftables' class
-over the same calls: its destructor's nft_ctx_free at exit is slow with our table cached
-(docs/portmap.md#nftables-backend-default); a context here lives as long as the process.
+"""libnftables through ctypes: the project's one binding of it. The nftables project's
+own Python binding is not on PyPI, and the distribution's (Debian's python3-nftables) is
+installed into the system Python, which the plugins' isolated venv or bundle does not
+see; so the few calls portmap makes are bound here, needing only the libnftables1
+library. A context lives as long as the process (never freed: the process exits).
 """
 
 from __future__ import annotations

@@ -10,9 +10,8 @@ still covers whatever reached the kernel.
 from __future__ import annotations
 
 from common.errors import CONFLICT, CniError
-from common.state import AttachmentStore, plugin_dir
-from common.values import Value
-from portmap.config import Attachment
+from common.state import AttachmentStore, Key, Record, listed, plugin_dir, text
+from common.values import field
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -27,50 +26,15 @@ def store(log: Log | None = None) -> AttachmentStore:
     return AttachmentStore(plugin_dir(PLUGIN), Recorded, log)
 
 
-class Recorded(Value):
-    """`objects` as the backend spells them; `committed`: they are known to exist and be
-    ours (False: an intent, written before a transaction that may not have happened)."""
+class Recorded(Record):
+    """`objects` as the backend spells them. Tolerant: what is not as written reads as ""
+    or empty (the kernel decides). Named by the attachment's tag (common.state.tagged_name),
+    which its kernel objects carry too."""
 
-    network: str
-    container_id: str
-    ifname: str
-    backend: str
-    objects: list[Any]
-    committed: bool = True
-
-    @staticmethod
-    def file_name(network: str, container_id: str, ifname: str) -> str:
-        return f"{Attachment(network, container_id, ifname).tag}.json"
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "network": self.network,
-            "containerID": self.container_id,
-            "ifname": self.ifname,
-            "backend": self.backend,
-            "objects": self.objects,
-            "committed": self.committed,
-        }
-
-    @classmethod
-    def from_json(cls, raw: Any) -> Recorded | None:
-        """Tolerant: what is not as written reads as "" or empty (the kernel decides)."""
-        if not isinstance(raw, dict):
-            return None
-
-        def text(key: str) -> str:
-            value = raw.get(key)
-            return value if isinstance(value, str) else ""
-
-        objects = raw.get("objects")
-        return cls(
-            text("network"),
-            text("containerID"),
-            text("ifname"),
-            text("backend"),
-            objects if isinstance(objects, list) else [],
-            raw.get("committed") is True,
-        )
+    backend: str = ""
+    objects: list[Any] = field(default_factory=list)
+    TOLERANT = True
+    KEYS = {"backend": Key("backend", text), "objects": Key("objects", listed)}
 
 
 def owner_name(store: AttachmentStore, comment: str) -> str:

@@ -288,11 +288,14 @@ def test_alias_names_the_owner_and_gc_reads_it_back() -> None:
 
 
 def test_record_survives_a_round_trip() -> None:
-    rec = Record(NET, CID, IFNAME, HOST, "veth1", 7, "/run/netns/x", IFB, Ownership(True, False))
+    rec = Record(NET, CID, IFNAME, mode=HOST, device="veth1", device_index=7,
+                 netns="/run/netns/x", ifb=IFB, ownership=Ownership(True, False))  # fmt: skip
     assert Record.from_json(rec.to_json()) == rec
     assert Record.from_json([NET]) is None
-    with pytest.raises(ValueError, match="containerID is not a non-empty string"):
+    with pytest.raises(ValueError, match="containerID is missing"):
         Record.from_json({"network": NET})
+    with pytest.raises(ValueError, match="containerID is not a non-empty string"):
+        Record.from_json({**rec.to_json(), "containerID": ""})
 
 
 # ---------------------------------------------------------------------------- placement

@@ -32,7 +32,7 @@ from portmap.config import Attachment, network_tag
 from portmap.xtables import chain_name
 from portmap.nft import Lane
 from bandwidth.plan import ifb_name
-from tuning.backup import Backup
+from tuning.plan import Backup
 att = Attachment("net", "c" * 64, "eth0")
 names = [att.tag, network_tag("net"), chain_name(att), Lane(4, ("x",)).suffix,
          ifb_name("net", "c1"), Backup.file_name("net", "c" * 1024, "eth0")]

@@ -88,11 +88,11 @@ def bw_added(kernel: FakeKernel) -> tuple[str, Path]:
 
 
 def test_a_record_as_written_reads_back_and_a_damaged_one_says_what_is_wrong() -> None:
-    rec = Record.from_json(GOOD)
-    assert rec is not None and rec.to_json() == GOOD
-    with pytest.raises(ValueError, match="deviceIndex is not an ifindex"):
+    rec = Record.from_json(GOOD)  # as written before records said whether committed
+    assert rec is not None and rec.to_json() == {**GOOD, "committed": False}
+    with pytest.raises(ValueError, match="deviceIndex is not an integer from 1 to"):
         Record.from_json(json.loads(damaged(deviceIndex="1e400")))
-    with pytest.raises(ValueError, match="ownsDeviceTbf or ownsIngressQdisc is not true"):
+    with pytest.raises(ValueError, match="ownsDeviceTbf is not true or false"):
         Record.from_json(json.loads(damaged(ownsDeviceTbf='"false"')))
 
 

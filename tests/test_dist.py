@@ -76,6 +76,9 @@ def test_sdist_holds_the_packages_and_the_build_config(dist: Path) -> None:
         names = {name.split("/", 1)[1] for name in tar.getnames() if "/" in name}
     for needed in ("pyproject.toml", "README.md", "MANIFEST.in", "Makefile"):
         assert needed in names
+    # A user of the sdist gets the examples that docs/python-api.md tells them to run.
+    examples = {str(p.relative_to(REPO)) for p in (REPO / "examples").glob("*")}
+    assert examples and examples <= names, examples - names
     for package in ("common", *PLUGINS):
         sources = {str(p.relative_to(REPO)) for p in (REPO / package).glob("*.py")}
         assert sources <= names, sources - names

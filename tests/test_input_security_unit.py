@@ -439,7 +439,9 @@ TUNING_FILES = ["tuning.lock", BACKUP_NAME, BACKUP_NAME + ".tmp"]
 def test_a_data_dir_someone_else_owns_is_refused_before_any_write(
     tmp_path: Path, step: str
 ) -> None:
-    from tuning.backup import Backup, BackupStore
+    from tuning.config import LinkSettings
+    from tuning.plan import Backup
+    from tuning.verbs import BackupStore
 
     store = BackupStore(str(planted_dir(tmp_path, TUNING_FILES)))
     owner = Backup(network="net", container_id="ctr", ifname="eth0")
@@ -448,7 +450,7 @@ def test_a_data_dir_someone_else_owns_is_refused_before_any_write(
             with store.lock():
                 pass
         elif step == "save":
-            store.save(owner, Backup(mtu=1500))
+            store.save(owner, Backup(link=LinkSettings(mtu=1500)))
         else:
             with store.lock():
                 store.load(owner)
@@ -460,12 +462,14 @@ def test_a_data_dir_someone_else_owns_is_refused_before_any_write(
 @pytest.mark.root
 @pytest.mark.parametrize("mode", [0o777, 0o1777, 0o775])
 def test_a_data_dir_others_can_write_is_refused_and_not_re_moded(tmp_path: Path, mode: int) -> None:
-    from tuning.backup import Backup, BackupStore
+    from tuning.config import LinkSettings
+    from tuning.plan import Backup
+    from tuning.verbs import BackupStore
 
     d = planted_dir(tmp_path, TUNING_FILES, owner=0, mode=mode)
     with pytest.raises(CniError) as e:
         owner = Backup(network="net", container_id="ctr", ifname="eth0")
-        BackupStore(str(d)).save(owner, Backup(mtu=1500))
+        BackupStore(str(d)).save(owner, Backup(link=LinkSettings(mtu=1500)))
     assert e.value.code == 7 and "writable by" in e.value.msg, e.value
     assert d.stat().st_mode & 0o7777 == mode  # a shared /tmp is not chmod-ed either
     targets_unchanged(tmp_path)

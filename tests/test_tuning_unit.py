@@ -16,16 +16,18 @@ from common.gc import AttachmentId
 from common.result import Result
 from tuning import allowlist
 from tuning.apply import check_link_fits, resolve_sysctl
-from tuning.backup import Backup, BackupStore, originals
-from tuning.config import TuningConf, parse, parse_mac
+from tuning.config import LinkSettings, TuningConf, parse, parse_mac
 from tuning.plan import (
+    Backup,
     LinkState,
     link_differences,
     make_plan,
+    originals,
     report,
     same_sysctl_value,
     sysctl_differences,
 )
+from tuning.verbs import BackupStore
 
 MAC_CONF, MAC_ENV, MAC_RC, MAC_ARGS = (
     "02:00:00:00:00:01",
@@ -475,29 +477,37 @@ def test_second_add_keeps_the_first_originals() -> None:
     conf2 = tuning_conf({"mtu": 1300, "mac": MAC_CONF, "sysctl": {"net.a.b": "1", "net.c.d": "5"}})
     second = originals(make_plan(conf2, "eth0"), changed, {"net/a/b": "1", "net/c/d": "4"})
     merged = second.keeping_older(first)
-    assert merged.mtu == 1500 and merged.mac == LIVE.mac
+    assert merged.link.mtu == 1500 and merged.link.mac == LIVE.mac
     assert merged.sysctls == (("net/a/b", "0"), ("net/c/d", "4"))
 
 
 def test_backup_reads_go_files_and_round_trips() -> None:
     go = Backup.from_json({"mac": "de:f4:35:77:6e:93", "promisc": False, "mtu": 1500})
-    assert (go.mac, go.promisc, go.mtu, go.allmulti, go.sysctls) == (
-        "de:f4:35:77:6e:93",
-        False,
-        1500,
-        None,
-        (),
+    assert go == Backup(link=LinkSettings(mac="de:f4:35:77:6e:93", promisc=False, mtu=1500))
+    ours = Backup(
+        "n", "", "eth0", link=LinkSettings(mtu=1500, tx_qlen=0), sysctls=(("net/a/b", "1"),)
     )
-    ours = Backup(mtu=1500, tx_qlen=0, sysctls=(("net/a/b", "1"),), network="n", ifname="eth0")
     assert Backup.from_json(json.loads(json.dumps(ours.to_json()))) == ours
     assert Backup.from_json({"mtu": "x", "sysctls": [1, {"path": 2}]}) == Backup()
     assert Backup.from_json({"sysctls": 5}) == Backup()  # not a list: dropped, DEL goes on
 
 
+def test_backup_keeps_gos_keys_at_the_top_and_reads_the_files_on_nodes() -> None:
+    backup = Backup("n", "c", "eth0", True, LinkSettings(mac=MAC_CONF, tx_qlen=5),
+                    (("net/a/b", "1"),))  # fmt: skip
+    assert backup.to_json() == {
+        "mac": MAC_CONF, "txQLen": 5, "sysctls": [{"path": "net/a/b", "value": "1"}],
+        "network": "n", "containerID": "c", "ifname": "eth0", "committed": True,
+    }  # fmt: skip
+    # as the previous version wrote them: the owner's ifname spelled ifName, no committed
+    on_node = {"mtu": 1500, "network": "n", "containerID": "c", "ifName": "eth0"}
+    assert Backup.from_json(on_node) == Backup("n", "c", "eth0", link=LinkSettings(mtu=1500))
+
+
 def test_gc_picks_only_this_networks_stale_files(tmp_path: Path) -> None:
     store = BackupStore(str(tmp_path))
     for cid, net in (("alive", "n1"), ("dead", "n1"), ("other", "n2")):
-        backup = Backup(mtu=1500, network=net, container_id=cid, ifname="eth0")
+        backup = Backup(net, cid, "eth0", link=LinkSettings(mtu=1500))
         store.save(backup, backup)
     (tmp_path / "gofile_eth0.json").write_text('{"mtu": 1500}')
     before = store.stamps()

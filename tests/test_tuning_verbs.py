@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from tests.harness.fake_kernel import FakeKernel
+from tuning.config import LINK_OPTIONS
 
 MAC = "02:42:0a:59:00:07"
 PER_IF = "net/ipv4/conf/eth0/accept_redirects"
@@ -170,6 +171,35 @@ def test_a_lone_surrogate_in_a_sysctl_is_error_7_before_anything_changes(
     assert "lone UTF-16 surrogate" in error["msg"]
     assert (kernel.dump(), kernel.sent()) == (START, "")
     assert backups(tmp_path) == []
+
+
+# ---------------------------------------------------------------------------- link options
+
+# A value for each link option (tuning.config.LINK_OPTIONS) that the fake's eth0 does not
+# have yet. An option added in its three places (docs/architecture.md) gets its sample
+# here, and the test below proves that the places agree.
+SAMPLES = {"mac": MAC, "mtu": 1400, "promisc": True, "allmulti": True, "txQLen": 500}
+
+
+def test_every_link_option_has_a_sample() -> None:
+    assert set(SAMPLES) == {option.key for option in LINK_OPTIONS}
+
+
+@pytest.mark.parametrize("key", sorted(SAMPLES))
+def test_each_link_option_is_set_checked_backed_up_and_restored(
+    kernel: FakeKernel, netns: str, tmp_path: Path, key: str
+) -> None:
+    option = {key: SAMPLES[key]}
+    assert run(kernel, "ADD", netns, **option)[0] == 0
+    assert kernel.dump() != START
+    assert run(kernel, "CHECK", netns, **option) == (0, None)
+    (backup,) = (tmp_path / "state").rglob("*.json")
+    assert key in json.loads(backup.read_text())  # the original, under Go's key
+    assert run(kernel, "DEL", netns, **option) == (0, None)
+    assert (kernel.dump(), backups(tmp_path)) == (START, [])
+    code, error = run(kernel, "CHECK", netns, **option)
+    label = next(o.label for o in LINK_OPTIONS if o.key == key)
+    assert (code, error["code"]) == (1, 102) and f"eth0 {label} is " in error["details"]
 
 
 # ---------------------------------------------------------------------------- DEL

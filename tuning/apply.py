@@ -10,9 +10,8 @@ from common.attachment import UndoFailed
 from common.errors import INVALID_CONFIG, KERNEL_FAILURE, CniError, invalid_config
 from common.netns import entered, read_sysctl, write_sysctl
 from common.values import Value
-from tuning.backup import Backup, originals
-from tuning.config import LinkSettings
-from tuning.plan import LinkState, Plan, SysctlWrite
+from tuning.config import LINK_OPTIONS, LinkSettings
+from tuning.plan import Backup, LinkState, Plan, SysctlWrite, originals
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -96,6 +95,14 @@ def preload_links() -> None:
     pyroute2(tc=False)
 
 
+# How rtnetlink carries each link option (tuning.config.LINK_OPTIONS): a netlink attribute
+# (pyroute2's name) with the type of its value, or a flag of the ifinfomsg (common.rtnl's
+# name). Reading and changing a link both go by these two tables.
+ATTRIBUTES = {"mac": ("IFLA_ADDRESS", str), "mtu": ("IFLA_MTU", int),
+              "tx_qlen": ("IFLA_TXQLEN", int)}  # fmt: skip
+FLAGS = {"promisc": "IFF_PROMISC", "allmulti": "IFF_ALLMULTI"}
+
+
 class Kernel:
     """tuning's kernel port: the container's network namespace is all the verbs ask of
     the kernel."""
@@ -151,24 +158,22 @@ class ContainerNetns:
 
     def link(self, ifname: str) -> LinkState | None:
         """The interface's attributes, or None when there is no such interface."""
-        from common.rtnl import IFF_ALLMULTI, IFF_PROMISC, NetlinkError
+        from common import rtnl
 
         try:
             msg = self._socket().link(ifname)
-        except NetlinkError as e:
+        except rtnl.NetlinkError as e:
             raise CniError(KERNEL_FAILURE, f"cannot read interface {ifname}", str(e)) from None
         if msg is None:
             return None
         flags = int(msg["flags"])
+        values = {f: kind(msg.get_attr(nla) or kind()) for f, (nla, kind) in ATTRIBUTES.items()}
+        values.update((f, bool(flags & getattr(rtnl, bit))) for f, bit in FLAGS.items())
         return LinkState(
             index=int(msg["index"]),
-            mac=str(msg.get_attr("IFLA_ADDRESS") or ""),
-            mtu=int(msg.get_attr("IFLA_MTU") or 0),
-            promisc=bool(flags & IFF_PROMISC),
-            allmulti=bool(flags & IFF_ALLMULTI),
-            tx_qlen=int(msg.get_attr("IFLA_TXQLEN") or 0),
             min_mtu=msg.get_attr("IFLA_MIN_MTU"),
             max_mtu=msg.get_attr("IFLA_MAX_MTU"),
+            **values,
         )
 
     def change_link(
@@ -176,33 +181,26 @@ class ContainerNetns:
     ) -> None:
         """One RTM_NEWLINK (a "set") with every attribute to change. `gone_ok`: an
         interface that no longer exists is not an error (restoring: nothing to restore)."""
-        from common.rtnl import IFF_ALLMULTI, IFF_PROMISC, RTM_NEWLINK, NetlinkError
+        from common import rtnl
 
-        wanted = (
-            ("IFLA_ADDRESS", "address", want.mac),
-            ("IFLA_MTU", "mtu", want.mtu),
-            ("IFLA_TXQLEN", "txqlen", want.tx_qlen),
-        )
-        attrs = [[nla, value] for nla, _, value in wanted if value is not None]
-        names = [name for _, name, value in wanted if value is not None]
-        flags = change = 0
-        for on, bit in ((want.promisc, IFF_PROMISC), (want.allmulti, IFF_ALLMULTI)):
-            if on is not None:
-                change |= bit
-                flags |= bit if on else 0
-        if change:
-            names.append("flags")
-        if not names:
+        given = {f: v for f, v in want.fields().items() if v is not None}
+        if not given:
             return
-        rtnl = self._socket()
-        msg = rtnl.modules.ifinfmsg()
+        flags = change = 0
+        for f, bit in FLAGS.items():
+            if f in given:
+                change |= getattr(rtnl, bit)
+                flags |= getattr(rtnl, bit) if given[f] else 0
+        sock = self._socket()
+        msg = sock.modules.ifinfmsg()
         msg["index"], msg["flags"], msg["change"] = index, flags, change
-        msg["attrs"] = attrs
+        msg["attrs"] = [[nla, given[f]] for f, (nla, _) in ATTRIBUTES.items() if f in given]
         try:
-            rtnl.request(msg, RTM_NEWLINK, tolerate=(errno.ENODEV,) if gone_ok else ())
-        except NetlinkError as e:
+            sock.request(msg, rtnl.RTM_NEWLINK, tolerate=(errno.ENODEV,) if gone_ok else ())
+        except rtnl.NetlinkError as e:
             code = e.errno or 0
-            what = f"the kernel refused to set {', '.join(sorted(names))} on {ifname}"
+            keys = sorted(o.key for o in LINK_OPTIONS if o.field in given)
+            what = f"the kernel refused to set {', '.join(keys)} on {ifname}"
             if code in _CONFIG_ERRNOS:
                 hint = os.strerror(code)
                 if want.mtu is not None and code == errno.EINVAL:
@@ -213,7 +211,7 @@ class ContainerNetns:
 
 def check_link_fits(ifname: str, want: LinkSettings, link: LinkState) -> None:
     """Refuse a MAC or an MTU the device cannot take, before anything is changed."""
-    if want.mac is not None and link.mac.replace("0", "").replace(":", "") == "":
+    if want.mac is not None and (link.mac or "").replace("0", "").replace(":", "") == "":
         # loopback (00:00:00:00:00:00) and devices without a link-layer address: the
         # kernel may take a MAC for some of them but refuses the original back on DEL.
         raise invalid_config(
@@ -240,7 +238,7 @@ def check_ipv6_survives(
     per-interface IPv6 sysctls are gone, and putting the MTU back on DEL brings IPv6 back
     with default settings but without the addresses the runtime assigned.
     """
-    if want.mtu is None or want.mtu >= IPV6_MIN_MTU or link.mtu < IPV6_MIN_MTU:
+    if want.mtu is None or want.mtu >= IPV6_MIN_MTU or (link.mtu or 0) < IPV6_MIN_MTU:
         return
     try:
         lines = ns.if_inet6().splitlines()
@@ -326,11 +324,11 @@ def restore(backup: Backup, ifname: str, ns: ContainerNetns) -> tuple[list[str],
             refused.append(f"{what}: {e.msg}")
         except ValueError as e:  # a path or value no system call can carry (NUL, surrogate)
             refused.append(f"{what}: {e}")
-    if not backup.empty:  # link attributes to put back
+    if not backup.link.empty:
         try:
             link = ns.link(ifname)
             if link is not None:
-                ns.change_link(ifname, link.index, backup, gone_ok=True)
+                ns.change_link(ifname, link.index, backup.link, gone_ok=True)
         except CniError as e:
             (refused if e.code == INVALID_CONFIG else failures).append(str(e))
     return failures, refused

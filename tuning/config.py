@@ -11,16 +11,18 @@ import os
 
 from common.config import NetConf
 from common.env import Invocation
-from common.errors import invalid_config
+from common.errors import CniError, invalid_config
 from common.jsonobj import JsonObject
 from common.jsontext import RepeatedKeys
-from common.state import plugin_dir
+from common.state import flag, integer, plugin_dir, text
 from common.values import Value
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
     from typing import Any
+
+    Parser = Callable[[NetConf, Mapping[str, str]], Any]
 
 DEFAULT_DATA_DIR = "/run/cni/tuning"
 ALLOWLIST_PATH = "/etc/cni/tuning/allowlist.conf"
@@ -40,11 +42,9 @@ class Sysctl(Value):
     value: str
 
 
-LINK_FIELDS = ("mac", "mtu", "promisc", "allmulti", "tx_qlen")
-
-
 class LinkSettings(Value):
-    """Interface attributes to set; None means "leave it alone"."""
+    """Interface attributes to set; None means "leave it alone". Each is described once,
+    in LINK_OPTIONS."""
 
     mac: str | None = None  # normalised: lower case, colon separated
     mtu: int | None = None
@@ -54,8 +54,8 @@ class LinkSettings(Value):
 
     @property
     def empty(self) -> bool:
-        """No link attribute is given (the sysctls of a Backup do not count)."""
-        return all(getattr(self, name) is None for name in LINK_FIELDS)
+        """No link attribute is given."""
+        return all(getattr(self, option.field) is None for option in LINK_OPTIONS)
 
 
 class TuningConf(Value):
@@ -209,6 +209,51 @@ def _mac(conf: NetConf, cni_args: Mapping[str, str]) -> str | None:
     return None
 
 
+def _configured(read: Callable[[JsonObject], Any]) -> Parser:
+    """A config key, which args.cni overrides."""
+
+    def parse(conf: NetConf, cni_args: Mapping[str, str]) -> Any:
+        override = read(conf.cni_args_object)
+        return override if override is not None else read(conf.body)
+
+    return parse
+
+
+def _flag(key: str) -> Parser:
+    return _configured(lambda obj: obj.boolean(key))
+
+
+def _saved_mac(value: Any) -> str:
+    try:
+        return parse_mac(text(value), "")
+    except CniError as e:
+        raise ValueError(e.msg) from None
+
+
+class LinkOption:
+    """One link attribute tuning sets: its LinkSettings field; its key, in the config and
+    in the backup file (Go's spelling of both); its name in CHECK's findings; how the
+    config's value is read and checked (error 7); how a backup's value is checked (a
+    ValueError drops it: see tuning.plan.Backup). How the kernel carries it is the kernel
+    port's (tuning.apply); the recipe for adding one: docs/architecture.md."""
+
+    __slots__ = ("decode", "field", "key", "label", "parse")
+
+    def __init__(
+        self, field: str, key: str, label: str, parse: Parser, decode: Callable[[Any], Any]
+    ) -> None:
+        self.field, self.key, self.label, self.parse, self.decode = field, key, label, parse, decode
+
+
+LINK_OPTIONS = (
+    LinkOption("mac", "mac", "MAC", _mac, _saved_mac),
+    LinkOption("mtu", "mtu", "MTU", _configured(_mtu), integer(MTU_MIN, MTU_MAX)),
+    LinkOption("promisc", "promisc", "promiscuous mode", _flag("promisc"), flag),
+    LinkOption("allmulti", "allmulti", "all-multicast mode", _flag("allmulti"), flag),
+    LinkOption("tx_qlen", "txQLen", "txqueuelen", _configured(_tx_qlen), integer(0, TXQLEN_MAX)),
+)
+
+
 def parse_data_dir(conf: NetConf, environ: Mapping[str, str]) -> str:
     data_dir = conf.body.string("dataDir", "") or plugin_dir("tuning", environ, DEFAULT_DATA_DIR)
     if not os.path.isabs(data_dir) or "\0" in data_dir:
@@ -221,25 +266,13 @@ def parse_data_dir(conf: NetConf, environ: Mapping[str, str]) -> str:
 
 def parse(conf: NetConf, invocation: Invocation, environ: Mapping[str, str]) -> TuningConf:
     """NetConf + CNI_ARGS -> a validated TuningConf."""
-    body, cni = conf.body, conf.cni_args_object
-    sysctls = _sysctl_map(body.child("sysctl"))
+    sysctls = _sysctl_map(conf.body.child("sysctl"))
     # args.cni overrides the config key by key, matching keys by the setting they name.
-    sysctls.update(_sysctl_map(cni.child("sysctl")))
-
-    def pick(read: Callable[[JsonObject], Any]) -> Any:
-        override = read(cni)
-        return override if override is not None else read(body)
-
-    link = LinkSettings(
-        mac=_mac(conf, invocation.cni_args),
-        mtu=pick(_mtu),
-        promisc=pick(lambda o: o.boolean("promisc")),
-        allmulti=pick(lambda o: o.boolean("allmulti")),
-        tx_qlen=pick(_tx_qlen),
-    )
+    sysctls.update(_sysctl_map(conf.cni_args_object.child("sysctl")))
+    link = {option.field: option.parse(conf, invocation.cni_args) for option in LINK_OPTIONS}
     return TuningConf(
         sysctls=tuple(sysctls.values()),
-        link=link,
+        link=LinkSettings(**link),
         data_dir=parse_data_dir(conf, environ),
         allowlist_path=environ.get(ALLOWLIST_ENV, "") or ALLOWLIST_PATH,
     )

@@ -1,4 +1,5 @@
-"""What one attachment wants of its container namespace, and how the live state compares.
+"""What one attachment wants of its container namespace, what it keeps to undo that (the
+Backup), and how the live state compares.
 
 Pure data and functions: the kernel is read and written by tuning.apply only.
 """
@@ -6,12 +7,14 @@ Pure data and functions: the kernel is read and written by tuning.apply only.
 from __future__ import annotations
 
 from common.result import Result
-from common.values import Value
-from tuning.config import LinkSettings, TuningConf
+from common.state import Flat, Key, Record, listed, safe_file_name
+from common.values import Value, field
+from tuning.config import LINK_OPTIONS, LinkSettings, TuningConf
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
+    from typing import Any
 
 IFNAME = "IFNAME"  # the placeholder a key uses for CNI_IFNAME
 
@@ -32,15 +35,11 @@ class Plan(Value):
         return not self.sysctls and self.link.empty
 
 
-class LinkState(Value):
-    """The attributes of the container interface that tuning can change, as observed."""
+class LinkState(LinkSettings):
+    """The container interface as observed: every attribute tuning can change (none is
+    None), and what decides whether a change fits."""
 
-    index: int
-    mac: str
-    mtu: int
-    promisc: bool
-    allmulti: bool
-    tx_qlen: int
+    index: int = 0
     min_mtu: int | None = None
     max_mtu: int | None = None
 
@@ -58,11 +57,11 @@ def _as_printed(sysctl: str) -> list[int | str]:
     """A sysctl value as the kernel prints it: multi-value sysctls come back tab separated
     (ip_local_port_range "32768\\t60999"), and integers in their canonical form."""
     out: list[int | str] = []
-    for field in sysctl.split():
+    for word in sysctl.split():
         try:
-            out.append(int(field))
+            out.append(int(word))
         except ValueError:
-            out.append(field)
+            out.append(word)
     return out
 
 
@@ -85,22 +84,20 @@ def sysctl_differences(plan: Plan, live: Mapping[str, str | None]) -> list[str]:
 
 
 def link_differences(ifname: str, want: LinkSettings, live: LinkState) -> list[str]:
-    rows: list[tuple[str, object, object]] = [
-        ("MAC", want.mac, live.mac.lower()),  # netlink prints lower case; configs may not
-        ("MTU", want.mtu, live.mtu),
-        ("promiscuous mode", _on(want.promisc), _on(live.promisc)),
-        ("all-multicast mode", _on(want.allmulti), _on(live.allmulti)),
-        ("txqueuelen", want.tx_qlen, live.tx_qlen),
-    ]
-    return [
-        f"{ifname} {what} is {current}, configured {wanted}"
-        for what, wanted, current in rows
-        if wanted is not None and wanted != current
-    ]
+    out = []
+    for option in LINK_OPTIONS:
+        wanted, current = getattr(want, option.field), getattr(live, option.field)
+        if isinstance(current, str):
+            current = current.lower()  # netlink prints a MAC in lower case; configs may not
+        if wanted is not None and wanted != current:
+            out.append(f"{ifname} {option.label} is {_shown(current)}, configured {_shown(wanted)}")
+    return out
 
 
-def _on(flag: bool | None) -> str | None:
-    return None if flag is None else ("on" if flag else "off")
+def _shown(value: object) -> object:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return value
 
 
 def report(prev: Result | None, plan: Plan) -> Result:
@@ -117,3 +114,81 @@ def report(prev: Result | None, plan: Plan) -> Result:
         if plan.link.mtu is not None:
             iface.mtu = plan.link.mtu
     return result
+
+
+# ---------------------------------------------------------------------------- the backup
+# The originals of what ADD changed, kept in the attachment store until DEL puts them back,
+# in ``<dataDir>/<containerID>_<ifName>.json`` in a format Go's tuning reads too
+# (docs/tuning.md shows it).
+
+LOCK_NAME = "tuning.lock"
+# NAME_MAX less room for a ".tmp.<pid>" suffix: the limit every backup file was named under.
+MAX_FILE_NAME = 255 - len(".tmp.4194304")
+
+
+def _sysctls(value: Any) -> tuple[tuple[str, str], ...]:
+    return tuple(
+        (e["path"], e["value"])
+        for e in listed(value)
+        if isinstance(e, dict)
+        and isinstance(e.get("path"), str)
+        and isinstance(e.get("value"), str)
+    )
+
+
+def _sysctls_json(sysctls: tuple[tuple[str, str], ...]) -> list[dict[str, str]] | None:
+    return [{"path": p, "value": v} for p, v in sysctls] or None
+
+
+class Backup(Record):
+    """Original values; None (or absent from `sysctls`) means "not changed by us".
+
+    Tolerant: a file from Go's tuning reads fine, and a value of the wrong type is
+    dropped rather than making DEL fail forever. The link attributes are written with
+    Go's keys (LINK_OPTIONS), which Go's tuning reads back; the owner is ours alone."""
+
+    link: LinkSettings = field(default_factory=LinkSettings)
+    # (path below /proc/sys, original value), in the order they were first changed
+    sysctls: tuple[tuple[str, str], ...] = ()
+    TOLERANT = True
+    KEYS = {
+        "link": Flat(LinkSettings, {o.field: Key(o.key, o.decode) for o in LINK_OPTIONS}),
+        "sysctls": Key("sysctls", _sysctls, _sysctls_json),
+    }
+
+    @staticmethod
+    def file_name(network: str, container_id: str, ifname: str) -> str:
+        """Go's name (the network is not part of it), unless it would not fit in a directory
+        entry (MAX_FILE_NAME, leaving room for the suffix of an atomic write): runtimes
+        may send container ids of up to 1024 characters, which then get a hashed name.
+        Go's tuning cannot write such a file at all, so no compatibility is lost."""
+        name = safe_file_name(container_id, ifname) + ".json"
+        if len(name.encode()) <= MAX_FILE_NAME:
+            return name
+        from common.digest import sha256_hex
+
+        digest = sha256_hex(container_id.encode())[:32]
+        return safe_file_name(f"{container_id[:64]}-{digest}", ifname) + ".json"
+
+    def keeping_older(self, older: Backup | None) -> Backup:
+        """This backup with `older`'s values where both have one: a second ADD must not
+        record the values the first ADD set as "originals"."""
+        if older is None:
+            return self
+        known = {path for path, _ in older.sysctls}
+        kept = {name: v for name, v in older.link.fields().items() if v not in (None, "")}
+        return self.replace(
+            link=self.link.replace(**kept),
+            sysctls=older.sysctls + tuple((p, v) for p, v in self.sysctls if p not in known),
+        )
+
+
+def originals(plan: Plan, link: LinkState | None, sysctls: Mapping[str, str | None]) -> Backup:
+    """The live values of exactly what `plan` is about to change. `sysctls` holds the values
+    read before the change; one absent or None (unreadable) has no original to save."""
+    changed: dict[str, Any] = {}
+    if link is not None:
+        fields = [option.field for option in LINK_OPTIONS]
+        changed = {f: getattr(link, f) for f in fields if getattr(plan.link, f) is not None}
+    saved = tuple((w.path, v) for w in plan.sysctls if (v := sysctls.get(w.path)) is not None)
+    return Backup(link=LinkSettings(**changed), sysctls=saved)

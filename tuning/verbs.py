@@ -9,13 +9,54 @@ from __future__ import annotations
 import os
 
 from common.attachment import Engine
-from common.errors import CHECK_FAILED, KERNEL_FAILURE, STATUS_UNAVAILABLE, CniError
+from common.errors import (
+    CHECK_FAILED,
+    INVALID_CONFIG,
+    KERNEL_FAILURE,
+    STATUS_UNAVAILABLE,
+    CniError,
+)
 from common.netns import entered_if_present
 from common.result import Result
 from common.skel import Request
+from common.state import AttachmentStore
 from tuning import allowlist, apply, config
-from tuning.backup import Backup, BackupStore, originals
-from tuning.plan import link_differences, make_plan, report, sysctl_differences
+from tuning.plan import (
+    LOCK_NAME,
+    Backup,
+    link_differences,
+    make_plan,
+    originals,
+    report,
+    sysctl_differences,
+)
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from common.state import Owner
+
+
+class BackupStore(AttachmentStore):
+    """The dataDir comes from the config: never re-moded (chmod 0700 on an existing /tmp or
+    /run would break the node), and a directory that is not safe to write is error 7.
+
+    Its files are shared by every network (Go's names), so one without an owner (written
+    by Go's tuning) is never stale for GC: its name cannot say which network it is for.
+    """
+
+    refusal_code = INVALID_CONFIG
+    private = False
+    lock_name = LOCK_NAME
+
+    def __init__(self, data_dir: str) -> None:
+        super().__init__(data_dir, Backup)
+
+    def load(self, owner: Owner) -> Backup | None:
+        # DEL reads before it locks: the dataDir is checked here too, so that a planted
+        # file or symlink is refused as what it is.
+        self.check()
+        backup: Backup | None = super().load(owner)
+        return backup
 
 
 def _kernel(request: Request) -> apply.Kernel:
@@ -63,7 +104,7 @@ def delete(request: Request) -> None:
     if not store.has(request):
         return
     peek = store.load(request)  # read again under the lock; this only decides the import
-    if peek is not None and not peek.empty:
+    if peek is not None and not peek.link.empty:
         apply.preload_links()
     kernel = _kernel(request)
 

@@ -1,0 +1,75 @@
+"""Record codecs (common.state): one declaration per record type, decoded the same way
+for all of them, and the files already on nodes still read."""
+
+from __future__ import annotations
+
+import pytest
+
+from common.state import Flat, Key, Record, integer, name, tagged_name, text
+from common.values import Value
+from portmap.config import Attachment
+from portmap.state import Recorded
+
+
+class Limits(Value):
+    low: int = 0
+    high: int = 0
+
+
+class Strict(Record):
+    device: str = ""
+    note: str = ""
+    limits: Limits = Limits()
+    KEYS = {
+        "device": Key("device", name, required=True),
+        "note": Key("note", text),
+        "limits": Flat(
+            Limits, {"low": Key("low", integer(0, 9)), "high": Key("hi", integer(0, 9))}
+        ),
+    }
+
+
+class Tolerant(Strict):
+    TOLERANT = True
+
+
+OWNER = {"network": "n", "containerID": "c", "ifname": "eth0"}
+
+
+def test_owner_committed_and_fields_round_trip_with_flat_keys_in_one_object() -> None:
+    rec = Strict("n", "c", "eth0", True, device="d", limits=Limits(1, 2))
+    assert rec.to_json() == {**OWNER, "committed": True, "device": "d", "note": "",
+                             "low": 1, "hi": 2}  # fmt: skip
+    assert Strict.from_json(rec.to_json()) == rec
+
+
+def test_absent_keys_take_the_default_but_a_strict_record_needs_its_required_ones() -> None:
+    assert Strict.from_json({**OWNER, "device": "d"}) == Strict("n", "c", "eth0", device="d")
+    with pytest.raises(ValueError, match="device is missing"):
+        Strict.from_json(OWNER)
+    with pytest.raises(ValueError, match="network is missing"):
+        Strict.from_json({"device": "d"})
+    assert Tolerant.from_json({}) == Tolerant()
+
+
+def test_a_wrong_value_makes_a_strict_record_unusable_and_a_tolerant_one_drops_it() -> None:
+    raw = {**OWNER, "device": "d", "hi": 10, "committed": "yes"}
+    with pytest.raises(ValueError, match="committed is not true or false"):
+        Strict.from_json(raw)
+    assert Tolerant.from_json(raw) == Tolerant("n", "c", "eth0", device="d")
+    assert Strict.from_json([1]) is None and Tolerant.from_json("x") is None
+
+
+def test_one_naming_scheme_tells_a_networks_files_by_their_names() -> None:
+    name = tagged_name("net", "c", "eth0")
+    assert name == f"{Attachment('net', 'c', 'eth0').tag}.json"  # portmap's files keep theirs
+    assert name.startswith(tagged_name("net", "other", "eth1").split("-")[0] + "-")
+
+
+def test_portmap_records_on_nodes_read_as_before() -> None:
+    on_node = {**OWNER, "backend": "nftables", "objects": [["claims4", "k"]],
+               "committed": False}  # fmt: skip
+    rec = Recorded.from_json(on_node)
+    assert rec == Recorded("n", "c", "eth0", False, "nftables", [["claims4", "k"]])
+    assert rec is not None and rec.to_json() == on_node
+    assert Recorded.from_json({"objects": "x", "backend": 4}) == Recorded()
