@@ -7,6 +7,7 @@ and the changes that were sent. tests/test_portmap.py proves the same on the rea
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -253,6 +254,25 @@ def test_second_add_replaces_the_mappings_in_one_transaction(world: World) -> No
         redo += [f"-F {chain('ctr1')}", *ipt_chain_rules("ctr1", "10.88.0.5")]
         redo += ipt_jumps("ctr1", saved=False)
         assert world.fake.sent() == sent("nft ipv4", redo) + LOCALNET_ON + FLUSH
+
+
+def test_the_record_is_an_intent_while_the_kernel_changes_and_committed_after(
+    world: World,
+) -> None:
+    """Both backends write the attachment's record before any transaction, saying that
+    its objects may exist (committed false), and confirm it once they do."""
+
+    def committed() -> bool:
+        [record] = world.state.rglob("*.json")
+        return bool(json.loads(record.read_text())["committed"])
+
+    during: list[bool] = []
+    world.fake.nft.before_change = world.fake.xtables.before_change = lambda: during.append(
+        committed()
+    )
+    assert world.run("ADD")[0] == 0
+    assert during and not any(during)
+    assert committed()
 
 
 def test_check_passes_then_names_what_went_missing(world: World) -> None:

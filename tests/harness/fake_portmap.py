@@ -30,13 +30,17 @@ import copy
 import os
 import re
 import shlex
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from portmap.kernel import Kernel, NftKernel, XtablesKernel
 
 TABLE = "cni_meta_portmap"
 ROUTE_LOCALNET = "/proc/sys/net/ipv4/conf/cni0/route_localnet"
+
+
+def _nothing() -> None:
+    pass
 
 
 class NftError(Exception):
@@ -58,6 +62,7 @@ class FakeNft(NftKernel):
         self.record = record
         self.xtables = xtables
         self.table: dict[str, Any] | None = None
+        self.before_change: Callable[[], None] = _nothing  # what a test looks at then
 
     def usable(self) -> bool:
         return True
@@ -80,6 +85,7 @@ class FakeNft(NftKernel):
             except NftError as e:
                 self.record.append(f"nft read: {lines[0]} -> {e.reason}")
                 return 1, "", f"Error: Could not process rule: {e.reason}\n{lines[0]}\n"
+        self.before_change()
         saved = copy.deepcopy(self.table)
         for line in lines:
             try:
@@ -285,6 +291,7 @@ class FakeXtables(XtablesKernel):
     def __init__(self, record: list[str]) -> None:
         self.record = record
         self.tables: dict[tuple[str, int], dict[str, list[str]]] = {}
+        self.before_change: Callable[[], None] = _nothing  # what a test looks at then
 
     def tool(self, variant: str, family: int, kind: str) -> str:
         return f"/fake/{'ip6tables' if family == 6 else 'iptables'}-{variant}-{kind}"
@@ -334,6 +341,7 @@ class FakeXtables(XtablesKernel):
                 if not self._apply(table, shlex.split(x), family)
             ]
             return (1, f"iptables-restore: line {bad[0]} failed\n") if bad else (0, "")
+        self.before_change()
         table = copy.deepcopy(self.table(variant, family))
         for number, line in enumerate(lines[1:-1], start=2):
             if not self._apply(table, shlex.split(line), family):
