@@ -446,13 +446,8 @@ class NftBackend:
 
     def _record(self, att: Attachment, elements: Iterable[Element]) -> state.Recorded:
         objects = [[name, key] for name, key in sorted({(e.set, e.key) for e in elements})]
-        return state.Recorded(
-            network=att.network,
-            container_id=att.container_id,
-            ifname=att.ifname,
-            backend=NAME,
-            objects=objects,
-        )
+        owner = (att.network, att.container_id, att.ifname)
+        return state.Recorded(*owner, backend=NAME, objects=objects)
 
     # -- ADD ---------------------------------------------------------------------------
 

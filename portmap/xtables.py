@@ -609,13 +609,8 @@ class XtablesBackend:
         return second if any(go in t.chains for t in tables.values()) else go
 
     def _record(self, att: Attachment, objects: list[list[Any]]) -> state.Recorded:
-        return state.Recorded(
-            network=att.network,
-            container_id=att.container_id,
-            ifname=att.ifname,
-            backend=NAME,
-            objects=objects,
-        )
+        owner = (att.network, att.container_id, att.ifname)
+        return state.Recorded(*owner, backend=NAME, objects=objects)
 
     # -- verbs --------------------------------------------------------------------------
 
