@@ -496,8 +496,8 @@ class NftBackend:
     def _missing_setup(self, nft: Nft, plan: Plan) -> list[str]:
         lanes = plan_lanes(plan)
         probe = ", ".join(str(lane.id) for lane in (*DEFAULT_LANES, *lanes))
-        # A table made before the owners set existed gets it here (`add set` of an
-        # existing set changes nothing).
+        # A table without the owners set gets it here (`add set` of an existing set
+        # changes nothing).
         if nft.run(f"get element {T} lanes {{ {probe} }}")[0] == 0:
             return [OWNERS_SET]
         lines: list[str] = []
@@ -609,7 +609,7 @@ class NftBackend:
 
     def check(self, plan: Plan) -> list[str]:
         # The ownership proof only keeps DEL cheap; forwarding works without it (a table
-        # made before it existed has none).
+        # may lack the owners set).
         wanted = forwarding_elements(plan)
         nft = Nft(self.port)
         problems = [
