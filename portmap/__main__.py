@@ -4,9 +4,10 @@ parse    portmap/config.py    options, PortMapping, validation (error 7)
 plan     portmap/plan.py      the attachment's forwards and masquerading, pure data
 apply    portmap/nft.py       nftables backend (default): map elements, one transaction
          portmap/xtables.py   iptables backend (iptables-restore, the host's variant)
-extras   portmap/netlink.py   route_localnet's interface, UDP conntrack flush
-verbs    portmap/verbs.py     ADD, DEL, CHECK, GC, STATUS on top of the above,
-                              imported on first use (VERSION stays cheap)
+kernel   portmap/kernel.py    the kernel ports handed to the verbs (one per backend,
+                              and route_localnet's interface, UDP conntrack flush)
+verbs    portmap/verbs.py     which backend; ADD, DEL, CHECK, GC, STATUS on top of the
+                              above, imported on first use (VERSION stays cheap)
 """
 
 

@@ -10,7 +10,7 @@ from common.config import NetConf
 from common.digest import sha256_hex
 from common.errors import CniError, invalid_config
 from common.jsonobj import JsonObject
-from common.values import Value
+from common.values import Value, field
 
 # IP protocol numbers (the kernel and nft speak numbers) and the names we accept.
 PROTOCOL_NAMES = {6: "tcp", 17: "udp", 132: "sctp"}
@@ -62,11 +62,11 @@ class Options(Value):
     masq_all: bool = False
     mark_masq_bit: int = DEFAULT_MARK_BIT
     external_set_mark_chain: str = ""
-    conditions_v4: tuple[str, ...] = ()
-    conditions_v6: tuple[str, ...] = ()
+    conditions_v4: Conditions = field(default_factory=lambda: Conditions(4))
+    conditions_v6: Conditions = field(default_factory=lambda: Conditions(6))
     backend: str = ""  # "" = auto
 
-    def conditions(self, family: int) -> tuple[str, ...]:
+    def conditions(self, family: int) -> Conditions:
         return self.conditions_v4 if family == 4 else self.conditions_v6
 
 
@@ -181,9 +181,8 @@ def parse_mapping(entry: JsonObject, index: int) -> PortMapping:
 
 # Every host port of every mapping (a `range` counts each port) becomes a map element per
 # family, a conntrack flush target and, with iptables, rules: a few hundred bytes of config
-# must not cost the node gigabytes and minutes (one `range` of 65535 on both families:
-# ~0.6 GB with nftables, ~1.2 GB and 90 s with iptables). 16384 still holds an RTP-style
-# 10000-20000 range.
+# must not cost the node gigabytes and minutes (a `range` of 65535 on both families did:
+# docs/testing.md). 16384 still holds an RTP-style 10000-20000 range.
 MAX_HOST_PORTS = 16384
 
 
@@ -248,15 +247,41 @@ _IFNAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0
 _IPT_VALUE_CHARS = _IFNAME_CHARS | frozenset(":/,")
 
 
+class Match(Value):
+    """One condition as each backend writes it: `nft` is its nft expression ("" when nft
+    has none), `iptables` its iptables words (empty when it was written in nft)."""
+
+    nft: str
+    iptables: tuple[str, ...] = ()
+
+
+class Conditions(Value):
+    """A family's conditionsV4/V6, parsed once; each backend renders them
+    (portmap.nft.render_conditions, portmap.xtables.condition_words)."""
+
+    family: int
+    matches: tuple[Match, ...] = ()
+
+    @property
+    def key(self) -> str:
+        return f"conditionsV{self.family}"
+
+    @property
+    def iptables_style(self) -> bool:
+        """Written as iptables arguments: Go picks its iptables backend for them."""
+        return any(m.iptables for m in self.matches)
+
+
 def looks_like_iptables(conditions: tuple[str, ...]) -> bool:
     """iptables conditions are argv tokens ("-s", "10.0.0.0/8", "!"); nft ones are phrases."""
     return any(c.startswith("-") or c == "!" for c in conditions)
 
 
-def _parse_conditions(body: JsonObject, key: str) -> tuple[str, ...]:
+def _parse_conditions(body: JsonObject, key: str) -> Conditions:
+    family = 6 if key.endswith("V6") else 4
     items = body.array(key)
     if items is None:
-        return ()
+        return Conditions(family)
     where = body.path(key)
     for i, item in enumerate(items):
         if not isinstance(item, str):
@@ -269,11 +294,10 @@ def _parse_conditions(body: JsonObject, key: str) -> tuple[str, ...]:
                     + NFT_CONDITIONS_ALLOWED,
                 )
     conditions = tuple(items)
-    family = 6 if key.endswith("V6") else 4
     if looks_like_iptables(conditions):
-        check_iptables_conditions(conditions, family, where)
-        return conditions
-    return parse_nft_conditions(conditions, family, where)
+        return Conditions(family, parse_iptables_conditions(conditions, family, where))
+    expressions = parse_nft_conditions(conditions, family, where)
+    return Conditions(family, tuple(Match(text) for text in expressions))
 
 
 def parse_nft_conditions(conditions: tuple[str, ...], family: int, where: str) -> tuple[str, ...]:
@@ -439,27 +463,42 @@ IPT_CONDITIONS_ALLOWED = (
 )
 
 
-def check_iptables_conditions(tokens: tuple[str, ...], family: int, where: str) -> None:
-    """Refuse anything but the allowlisted matches, naming the token (error 7)."""
+def parse_iptables_conditions(
+    tokens: tuple[str, ...], family: int, where: str
+) -> tuple[Match, ...]:
+    """Refuse anything but the allowlisted matches, naming the token (error 7); each
+    `[!] OPTION VALUE` is one match, with its nft expression where nft has one (addresses
+    and the input interface: what Go configs carry), so that a conflist written for Go's
+    iptables portmap keeps working with the nftables backend."""
 
     def refuse(problem: str) -> CniError:
         return invalid_config(f"{where}: {problem}", IPT_CONDITIONS_ALLOWED)
 
+    matches = []
     module = ""
     i = 0
     while i < len(tokens):
-        if tokens[i] == "!":
+        start = i
+        negate = tokens[i] == "!"
+        if negate:
             i += 1
         opt = tokens[i] if i < len(tokens) else "!"
         if i + 1 >= len(tokens):
             raise refuse(f"{opt!r} needs a value")
         value = tokens[i + 1]
+        nft = ""
+        op = "!= " if negate else ""
         if opt in IPT_ADDRESS_OPTIONS:
-            if any(_ipt_address_text(addr, family) is None for addr in value.split(",")):
+            addrs = [_ipt_address_text(addr, family) for addr in value.split(",")]
+            if any(a is None for a in addrs):
                 raise refuse(f"{value!r} after {opt} is not an IPv{family} address or CIDR")
+            match = addrs[0] if len(addrs) == 1 else "{ " + ", ".join(map(str, addrs)) + " }"
+            nft = f"{'ip' if family == 4 else 'ip6'} {IPT_ADDRESS_OPTIONS[opt]} {op}{match}"
         elif opt in _IPT_INTERFACE_OPTIONS:
             if not _is_ifname(value, "+"):
                 raise refuse(f"{value!r} after {opt} is not an interface name")
+            if opt in ("-i", "--in-interface"):
+                nft = f'iifname {op}"{value.replace("+", "*")}"'
         elif opt == "-m":
             if value not in _IPT_MATCHES:
                 raise refuse(f"match module {value!r} is not allowed")
@@ -471,46 +510,8 @@ def check_iptables_conditions(tokens: tuple[str, ...], family: int, where: str) 
         else:
             raise refuse(f"{opt!r} is not an allowed condition")
         i += 2
-
-
-_IPT_TO_NFT = {**IPT_ADDRESS_OPTIONS, "-i": "iifname", "--in-interface": "iifname"}
-
-
-def iptables_to_nft(tokens: tuple[str, ...], family: int, where: str) -> tuple[str, ...]:
-    """Translate the iptables conditions Go configs carry (`[!] -s/-d ADDR`, `[!] -i IF`)
-    into nft expressions, so a conflist written for Go's iptables portmap keeps working
-    with the nftables backend. Anything else is refused with a pointer to the fix."""
-    out = []
-    i = 0
-    while i < len(tokens):
-        negate = tokens[i] == "!"
-        if negate:
-            i += 1
-        if i + 1 >= len(tokens) or tokens[i] not in _IPT_TO_NFT:
-            rest = " ".join(tokens[i - negate :])
-            raise invalid_config(
-                f"{where}: cannot translate iptables condition {rest[:60]!r} to nftables",
-                "write it in nft syntax (e.g. 'ip saddr 10.0.0.0/8'), or set "
-                '"backend": "iptables"',
-            )
-        what, value = _IPT_TO_NFT[tokens[i]], tokens[i + 1]
-        op = "!= " if negate else ""
-        if what == "iifname":
-            if not _is_ifname(value, "+"):
-                raise invalid_config(f"{where}: {value!r} is not an interface name")
-            out.append(f'iifname {op}"{value.replace("+", "*")}"')
-        else:
-            addrs = []
-            for addr in value.split(","):
-                text = _ipt_address_text(addr, family)
-                if text is None:
-                    raise invalid_config(f"{where}: {addr!r} is not an IPv{family} address or CIDR")
-                addrs.append(text)
-            ipx = "ip" if family == 4 else "ip6"
-            match = addrs[0] if len(addrs) == 1 else "{ " + ", ".join(addrs) + " }"
-            out.append(f"{ipx} {what} {op}{match}")
-        i += 2
-    return tuple(out)
+        matches.append(Match(nft, tokens[start:i]))
+    return tuple(matches)
 
 
 # ---------------------------------------------------------------------------- options
@@ -547,7 +548,7 @@ def parse_options(body: JsonObject) -> Options:
         )
     conditions = {key: _parse_conditions(body, key) for key in ("conditionsV4", "conditionsV6")}
     for key, parsed in conditions.items():
-        if backend == "iptables" and parsed and not looks_like_iptables(parsed):
+        if backend == "iptables" and parsed.matches and not parsed.iptables_style:
             raise invalid_config(
                 f"{body.path(key)} is in nft syntax, but the backend is iptables",
                 "write it as iptables arguments (e.g. ['!', '-s', '10.0.0.0/8']), or remove "

@@ -10,12 +10,12 @@ from __future__ import annotations
 from common.errors import KERNEL_FAILURE, CniError
 from common.log import Log
 from common.state import AttachmentStore
-from portmap import probe
 
 TYPE_CHECKING = False  # avoids importing typing at run time
 if TYPE_CHECKING:
     from typing import Any
 
+    from portmap.kernel import Kernel, NftKernel
     from portmap.nft import Nft
     from portmap.plan import UdpTargets
 
@@ -29,34 +29,40 @@ GO_NFT_CHAINS = ("hostports", "hostip_hostports", "masquerading")
 # ---------------------------------------------------------------------------- removal
 
 
-def release(network: str, container_id: str, sd: AttachmentStore, log: Log) -> UdpTargets:
+def release(
+    network: str, container_id: str, sd: AttachmentStore, log: Log, kernel: Kernel
+) -> UdpTargets:
     """Remove Go's objects of this attachment (one we have no state for); (family, host
     ip, port) of its UDP mappings for the conntrack flush."""
     from portmap import xtables
 
     chain = xtables.go_chain_name(network, container_id)
-    iptables = [(v, f) for v in VARIANTS for f in (6, 4) if probe.may_have(v, f, chain)]
+    may_have = kernel.xtables.may_have
+    iptables = [(v, f) for v in VARIANTS for f in (6, 4) if may_have(v, f, chain)]
     if iptables and xtables.recorded_owner(sd, network, container_id, chain):
         iptables = []  # Go's name, given to another attachment of ours of this container
-    go_nft = [f for f in (6, 4) if probe.nft_has(f, GO_TABLE)]
+    go_nft = [f for f in (6, 4) if kernel.nft.has(f, GO_TABLE)]
     targets: UdpTargets = []
     if go_nft:
         from portmap import nft
 
         with sd.lock(nft.LOCK):  # our nftables backend's: the same writers
-            targets += _release_go_nft(container_id, go_nft, log)
+            targets += _release_go_nft(kernel.nft, container_id, go_nft, log)
     if iptables:
+        tools = xtables.Tools(kernel.xtables)
         with sd.lock(xtables.LOCK):  # our iptables backend's; the tools wait for xtables'
             for variant, family in iptables:
-                targets += xtables.delete_chains(variant, family, (chain,))
+                targets += tools.delete_chains(variant, family, (chain,))
         log.info(f"removed the Go portmap's iptables chain {chain}, if there")
     return targets
 
 
-def _release_go_nft(container_id: str, families: list[int], log: Log) -> UdpTargets:
+def _release_go_nft(
+    port: NftKernel, container_id: str, families: list[int], log: Log
+) -> UdpTargets:
     from portmap.nft import Nft, first_error
 
-    nft = Nft()
+    nft = Nft(port)
     nft.context.set_json_output(True)
     found = _go_nft_rules(nft, container_id, families)
     if not found:

@@ -8,11 +8,17 @@ from __future__ import annotations
 from itertools import pairwise
 
 from common.digest import sha256_hex
-from common.errors import CONFLICT, KERNEL_FAILURE, STATUS_UNAVAILABLE, CniError
-from common.state import AttachmentStore
+from common.errors import CONFLICT, KERNEL_FAILURE, STATUS_UNAVAILABLE, CniError, invalid_config
 from common.values import OrderedValue, Value
-from portmap import libnftables, state
-from portmap.config import ANY_ADDRESS, PROTOCOL_NAMES, Attachment, host_ports
+from portmap import state
+from portmap.config import (
+    ANY_ADDRESS,
+    PROTOCOL_NAMES,
+    Attachment,
+    Conditions,
+    host_ports,
+    network_tag,
+)
 from portmap.plan import MASQ_ALL, MASQ_NONE, MASQ_SUBNET, FamilyPlan, Plan, UdpTargets
 
 TYPE_CHECKING = False
@@ -20,7 +26,9 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
 
     from common.gc import AttachmentId
-    from common.state import Stamps
+    from common.log import Log
+    from common.state import AttachmentStore, Stamps
+    from portmap.kernel import NftKernel
 
 NAME = "nftables"
 T = "inet cni_meta_portmap"
@@ -41,6 +49,20 @@ OWNERS_SET = f"add set {T} {OWNERS} {{ type ipv6_addr; }}"
 
 
 # ---------------------------------------------------------------------------- pure rendering
+
+
+def render_conditions(conditions: Conditions) -> tuple[str, ...]:
+    """The conditions as nft expressions; one written as iptables arguments that nft has
+    no translation for is error 7, saying what to write instead."""
+    for i, match in enumerate(conditions.matches):
+        if not match.nft:
+            rest = " ".join(w for later in conditions.matches[i:] for w in later.iptables)
+            raise invalid_config(
+                f"{conditions.key}: cannot translate iptables condition {rest[:60]!r} to nftables",
+                "write it in nft syntax (e.g. 'ip saddr 10.0.0.0/8'), or set "
+                '"backend": "iptables"',
+            )
+    return tuple(match.nft for match in conditions.matches)
 
 
 class Lane(Value):
@@ -202,7 +224,7 @@ def proves_ownership(recorded: list[Element], att: Attachment) -> bool:
 
 def family_elements(fp: FamilyPlan) -> list[Element]:
     f = fp.family
-    lane = Lane(f, fp.conditions)
+    lane = Lane(f, render_conditions(fp.conditions))
     out: list[Element] = []
     for fw in fp.forwards:
         for hp, cp in fw.ports():
@@ -233,7 +255,7 @@ def forwarding_elements(plan: Plan) -> list[Element]:
 
 def plan_lanes(plan: Plan) -> list[Lane]:
     return sorted(
-        {Lane(fp.family, fp.conditions) for fp in plan.families if fp.forwards},
+        {Lane(fp.family, render_conditions(fp.conditions)) for fp in plan.families if fp.forwards},
         key=lambda lane: (lane.family, lane.id),
     )
 
@@ -323,15 +345,12 @@ def tag_of(comment: str) -> str:
 
 
 class Nft:
-    """One libnftables context, in the netns where it was created (the plugin's own)."""
+    """One libnftables context of the port, in the netns where it was created (the
+    plugin's own), and the questions portmap asks through it."""
 
-    # The seam unit tests replace (tests/harness/fake_portmap.py): everything portmap
-    # asks nftables goes through `run` of the object this makes.
-    new_context = libnftables.Context
-
-    def __init__(self) -> None:
+    def __init__(self, port: NftKernel) -> None:
         try:
-            self.context = self.new_context()
+            self.context = port.context()
         except OSError as e:
             raise CniError(STATUS_UNAVAILABLE, "libnftables cannot be loaded", str(e)) from None
 
@@ -399,7 +418,8 @@ def is_plain(e: Element) -> bool:
     return bool(e.set and e.key) and set(e.set) <= _SET_NAME_CHARS and set(e.key) <= _KEY_CHARS
 
 
-def _state_elements(recorded: state.Recorded | None) -> list[Element] | None:
+def recorded_elements(recorded: state.Recorded | None) -> list[Element] | None:
+    """What a record of this backend lists, the plain elements only (see is_plain)."""
     if recorded is None or recorded.backend != NAME:
         return None
     elements = [
@@ -413,8 +433,21 @@ def _state_elements(recorded: state.Recorded | None) -> list[Element] | None:
 class NftBackend:
     name = NAME
 
-    def __init__(self, sd: AttachmentStore) -> None:
+    def __init__(self, sd: AttachmentStore, log: Log, port: NftKernel) -> None:
+        from common.attachment import Engine
+
         self.sd = sd
+        self.log = log
+        self.port = port
+        self.engine = Engine(sd, log, LOCK)
+
+    def owns(self, recorded: state.Recorded | None) -> bool:
+        return recorded is not None and recorded.backend == NAME
+
+    def _record(self, att: Attachment, elements: Iterable[Element]) -> state.Recorded:
+        objects = [[name, key] for name, key in sorted({(e.set, e.key) for e in elements})]
+        owner = (att.network, att.container_id, att.ifname)
+        return state.Recorded(*owner, backend=NAME, objects=objects)
 
     # -- ADD ---------------------------------------------------------------------------
 
@@ -422,62 +455,49 @@ class NftBackend:
         att = plan.attachment
         wanted = plan_elements(plan)
         masq = [line for fp in plan_masq_chains(plan) for line in masq_chain_text(*fp)]
-        with self.sd.lock(LOCK):
-            nft = Nft()
-            recorded = self.sd.load(att)
-            previous = _state_elements(recorded) or []
+        # Every transaction below is all or nothing: a failed one leaves the kernel as it
+        # was, so a failed ADD needs no undo, only the record of what is still ours.
+        with self.engine.add(att) as change:
+            nft = Nft(self.port)
+            recorded = change.previous
+            previous = recorded_elements(recorded) or []
             # Fast path: no read at all. libnftables fills its cache with every element of
             # the table on the first read of a process (time linear in the mappings), but
-            # not for a write. The state file says what we own, and deleting our proof of
+            # not for a write. The record says what we own, and deleting our proof of
             # ownership with it (OWNERS) makes sure it still is; if anything is off (no
             # table yet, a new lane, an element gone or another's, a conflict), the write
             # fails as a whole and the careful path below reads and repairs.
-            if (recorded is None or recorded.committed) and proves_ownership(previous, att):
-                self._record(att, [*previous, *wanted], committed=False)
+            fast = recorded is None or recorded.committed
+            if fast and proves_ownership(previous, att):
+                change.intend(self._record(att, [*previous, *wanted]))
                 lines = [*delete_text(previous), *masq, *add_text(wanted, att.comment)]
                 if nft.run("\n".join(lines))[0] == 0:
-                    self._record(att, wanted)
+                    change.confirm(self._record(att, wanted))
                     return
             mine = _owned(nft, previous, att.tag)
+            change.found(self._record(att, mine) if mine else None)
             setup = self._missing_setup(nft, plan)
-            self._record(att, [*mine, *wanted], committed=False)
-            conflict = None
+            change.intend(self._record(att, [*mine, *wanted]))
             for _attempt in range(2):
                 lines = [*setup, *delete_text(mine), *masq, *add_text(wanted, att.comment)]
                 rc, _, err = nft.run("\n".join(lines))
                 if rc == 0:
-                    self._record(att, wanted)
+                    change.confirm(self._record(att, wanted))
                     return
-                # Our own leftovers the state file did not know of (it was lost): remove
-                # them too and try once more. Anybody else's: a conflict, named.
-                try:
-                    stale = self._collisions(nft, wanted, att)
-                except CniError as e:
-                    conflict = e  # the intent written above must not outlive this ADD
-                    break
+                # Our own leftovers the record did not know of (it was lost): remove them
+                # too and try once more. Anybody else's: a conflict, named.
+                stale = self._collisions(nft, wanted, att)
                 if not stale:
                     break
                 mine = sorted(set(mine) | set(stale))
-            if mine:
-                self._record(att, mine)
-            else:
-                self.sd.forget(att)
-            raise conflict or CniError(
-                KERNEL_FAILURE, "nftables refused the port mappings", first_error(err)
-            )
-
-    def _record(self, att: Attachment, elements: Iterable[Element], committed: bool = True) -> None:
-        objects = [[name, key] for name, key in sorted({(e.set, e.key) for e in elements})]
-        record = state.Recorded(
-            att.network, att.container_id, att.ifname, committed, backend=NAME, objects=objects
-        )
-        self.sd.save(att, record)
+                change.found(self._record(att, mine))
+            raise CniError(KERNEL_FAILURE, "nftables refused the port mappings", first_error(err))
 
     def _missing_setup(self, nft: Nft, plan: Plan) -> list[str]:
         lanes = plan_lanes(plan)
         probe = ", ".join(str(lane.id) for lane in (*DEFAULT_LANES, *lanes))
-        # A table made before the owners set existed gets it here (`add set` of an
-        # existing set changes nothing).
+        # A table without the owners set gets it here (`add set` of an existing set
+        # changes nothing).
         if nft.run(f"get element {T} lanes {{ {probe} }}")[0] == 0:
             return [OWNERS_SET]
         lines: list[str] = []
@@ -526,22 +546,23 @@ class NftBackend:
     # -- DEL ---------------------------------------------------------------------------
 
     def delete(self, att: Attachment, plan: Plan | None) -> UdpTargets:
-        with self.sd.lock(LOCK):
-            recorded = self.sd.load(att)
-            candidates = _state_elements(recorded)
-            nft = Nft()
+        def teardown(recorded: state.Recorded | None) -> UdpTargets:
+            candidates = recorded_elements(recorded)
+            nft = Nft(self.port)
             committed = candidates if recorded and recorded.committed else None
-            # Fast path (no read, see add): the state says exactly what we own, and the
+            # Fast path (no read, see add): the record says exactly what we own, and the
             # transaction fails unless our proof of ownership is still there.
             if (
                 committed
                 and proves_ownership(committed, att)
                 and self._delete_owned(nft, att, committed)[0] == 0
             ):
-                self.sd.forget(att)
                 return udp_targets(committed)
             if candidates is None and plan is not None and not plan.empty:
-                candidates = plan_elements(plan)
+                try:
+                    candidates = plan_elements(plan)
+                except CniError as e:  # conditions nft cannot express: look at everything
+                    self.log.warning(f"cannot plan from the DEL config: {e}")
             if candidates is None:
                 mine = sorted(e for e, c in nft.listing() if tag_of(c) == att.tag)
             else:
@@ -556,10 +577,12 @@ class NftBackend:
                     KERNEL_FAILURE, f"nftables refused to delete the port mappings of {att}",
                     first_error(err),
                 )  # fmt: skip
-            self.sd.forget(att)
-            # What the state knew as ours was so until a moment ago, even when it vanished
-            # before this DEL saw it: its flows must not outlive it.
+            # What the record knew as ours was so until a moment ago, even when it
+            # vanished before this DEL saw it: its flows must not outlive it.
             return udp_targets(sorted(set(mine) | set(committed or ())))
+
+        result: UdpTargets = self.engine.delete(att, teardown)
+        return result
 
     def _delete_owned(self, nft: Nft, att: Attachment, mine: list[Element]) -> tuple[int, str]:
         # The last attachment leaves the host as it found it, also when it has nothing
@@ -586,9 +609,9 @@ class NftBackend:
 
     def check(self, plan: Plan) -> list[str]:
         # The ownership proof only keeps DEL cheap; forwarding works without it (a table
-        # made before it existed has none).
+        # may lack the owners set).
         wanted = forwarding_elements(plan)
-        nft = Nft()
+        nft = Nft(self.port)
         problems = [
             f"the IPv{lane.family} lookup rules of {T} are missing"
             for lane in plan_lanes(plan)
@@ -611,11 +634,14 @@ class NftBackend:
     # -- GC / STATUS ---------------------------------------------------------------------
 
     def gc(self, network: str, valid: set[AttachmentId], before: Stamps) -> UdpTargets:
-        with self.sd.lock(LOCK):
-            stale = state.sweep(self.sd, NAME, network, valid, before)
-            nft = Nft()
+        prefix = network_tag(network) + "-"
+        with self.engine.collecting(
+            network, valid, owns=self.owns, unusable=prefix, before=before
+        ) as alive:
+            keep = {Attachment(network, a.container_id, a.ifname).tag for a in alive}
+            nft = Nft(self.port)
             listing = [(e, tag_of(c)) for e, c in nft.listing() if c]
-            doomed = sorted(e for e, tag in listing if stale(tag))
+            doomed = sorted(e for e, tag in listing if tag.startswith(prefix) and tag not in keep)
             survivors = len(listing) - len(doomed)
             if survivors == 0 and not self.sd.names() and (doomed or nft.table_exists()):
                 nft.must([f"delete table {T}"], "delete the empty portmap table")
@@ -624,6 +650,6 @@ class NftBackend:
             return udp_targets(doomed)
 
     def status(self) -> None:
-        rc, _, err = Nft().run("list tables")
+        rc, _, err = Nft(self.port).run("list tables")
         if rc != 0:
             raise CniError(STATUS_UNAVAILABLE, "nftables is not usable here", first_error(err))

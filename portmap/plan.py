@@ -14,10 +14,9 @@ from portmap.config import (
     ANY_ADDRESS,
     DEFAULT_MARK_BIT,
     Attachment,
+    Conditions,
     PortmapConfig,
     host_ports,
-    iptables_to_nft,
-    looks_like_iptables,
 )
 
 MASQ_NONE = "none"
@@ -25,7 +24,7 @@ MASQ_SUBNET = "subnet"  # container subnet (hairpin, neighbours) and, for IPv4, 
 MASQ_ALL = "all"
 # The UDP ports whose conntrack entries go when forwards go (stale entries would keep
 # sending a client's datagrams to a container that is gone): (family, host address or
-# None, port). Backends return them from delete and gc; portmap.netlink flushes them.
+# None, port). Backends return them from delete and gc; the verbs flush them.
 UdpTargets = list[tuple[int, str | None, int]]
 
 
@@ -55,7 +54,7 @@ class FamilyPlan(Value):
     prefix_len: int
     forwards: tuple[Forward, ...]
     masquerade: str  # MASQ_NONE / MASQ_SUBNET / MASQ_ALL
-    conditions: tuple[str, ...] = ()
+    conditions: Conditions  # each backend renders them (none without forwards)
 
     @property
     def localhost(self) -> bool:
@@ -120,25 +119,7 @@ def _masquerade(config: PortmapConfig) -> str:
     return MASQ_ALL if config.options.masq_all else MASQ_SUBNET
 
 
-def conditions_for(config: PortmapConfig, family: int, backend: str) -> tuple[str, ...]:
-    """The family's conditions in the syntax of `backend` (iptables argv or nft phrases)."""
-    conditions = config.options.conditions(family)
-    if not conditions:
-        return ()
-    key = f"conditionsV{family}"
-    if backend == "nftables" and looks_like_iptables(conditions):
-        return iptables_to_nft(conditions, family, key)
-    if backend == "iptables" and not looks_like_iptables(conditions):
-        raise invalid_config(
-            f"{key} are nft expressions, but the backend is iptables",
-            'give iptables arguments (e.g. ["-s", "10.0.0.0/8"]) or use "backend": "nftables"',
-        )
-    return conditions
-
-
-def make_plan(
-    config: PortmapConfig, attachment: Attachment, prev: Result | None, backend: str = "nftables"
-) -> Plan:
+def make_plan(config: PortmapConfig, attachment: Attachment, prev: Result | None) -> Plan:
     addresses = container_addresses(prev, attachment.ifname) if prev else {}
     families = []
     used: set[int] = set()
@@ -166,7 +147,7 @@ def make_plan(
                 prefix_len=prefix,
                 forwards=tuple(forwards),
                 masquerade=_masquerade(config),
-                conditions=conditions_for(config, family, backend) if forwards else (),
+                conditions=config.options.conditions(family) if forwards else Conditions(family),
             )
         )
     skipped = tuple(

@@ -14,16 +14,12 @@ from common.errors import CONFLICT, CniError
 from common.jsonobj import listed, text
 from common.state import AttachmentStore, Key, Record
 from common.values import field
-from portmap.config import Attachment, network_tag
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable
     from typing import Any
 
-    from common.gc import AttachmentId
     from common.log import Log
-    from common.state import Stamps
 
 PLUGIN = "portmap"
 
@@ -61,33 +57,3 @@ def port_taken(store: AttachmentStore, comment: str, where: str) -> CniError:
         f"host port {where} is already mapped by attachment {owner_name(store, comment)}",
         "remove that mapping first (or use another host port); nothing was changed",
     )
-
-
-def sweep(
-    store: AttachmentStore,
-    backend: str,
-    network: str,
-    valid: set[AttachmentId],
-    before: Stamps,
-) -> Callable[[str], bool]:
-    """The start of a backend's GC, holding its lock: forgets `backend`'s stale entries of
-    `network` and returns whether an owner tag found in the kernel is stale (of `network`,
-    neither valid nor of an ADD in flight, see AttachmentStore.sweep)."""
-    stale, in_flight = store.sweep(network, valid, before)
-    for recorded in stale:
-        if recorded.backend == backend:
-            store.forget(recorded)
-    keep = {Attachment(network, a.container_id, a.ifname).tag for a in [*valid, *in_flight]}
-    prefix = network_tag(network) + "-"
-    return lambda tag: tag.startswith(prefix) and tag not in keep
-
-
-def drop_unusable(store: AttachmentStore, network: str, before: Stamps, log: Log) -> None:
-    """GC: remove `network`'s state files that no call can use (AttachmentStore.unusable;
-    a file's name starts with its network's tag). Outside the backends' locks, which
-    guard one backend each while such a file says neither: should an ADD replace it
-    between the check and the removal, that attachment is left without an entry, which
-    DEL and GC tolerate (the kernel's owner tags stay the authority)."""
-    for name, problem in store.unusable(before, network_tag(network) + "-"):
-        store.remove(name)
-        log.warning(f"gc: removed unusable state file {store.path(name)}: {problem}")

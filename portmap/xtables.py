@@ -21,15 +21,17 @@ from common.log import Log
 from common.state import LOCK_TIMEOUT_ENV, AttachmentStore, lock_timeout
 from common.values import Value
 from portmap import state
-from portmap.config import IPT_ADDRESS_OPTIONS, Attachment, network_tag
+from portmap.config import IPT_ADDRESS_OPTIONS, Attachment, Conditions, network_tag
 from portmap.plan import MASQ_ALL, MASQ_NONE, FamilyPlan, Forward, Plan, UdpTargets
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from typing import Any
 
     from common.gc import AttachmentId
     from common.state import Stamps
+    from portmap.kernel import XtablesKernel
 
 NAME = "iptables"
 TOP = "CNI-HOSTPORT-DNAT"
@@ -37,14 +39,11 @@ SETMARK = "CNI-HOSTPORT-SETMARK"
 MASQ = "CNI-HOSTPORT-MASQ"
 LOCK = "iptables.lock"
 CHAIN_PREFIX = "CNI-DN-"
-OLD_COMMENT_PREFIX = "portmap "  # the jumps of our naming before Go's: "portmap <tag> ..."
+OLD_COMMENT_PREFIX = "portmap "  # jumps of the tag-based naming: "portmap <tag> ..."
 GO_COMMENT = 'dnat name: "{}" id: "{}"'
 MULTIPORT_PORTS = 15  # what one multiport match holds (a range takes two)
 VARIANTS = ("nft", "legacy")
 VARIANT_ENV = "CNI_META_IPTABLES"
-# The only directories a tool is run from (absolute, root's own), never PATH: runtimes
-# exec plugins with all sorts of PATHs (or none, or relative entries).
-TOOL_DIRS = ("/usr/sbin", "/sbin", "/usr/bin", "/bin", "/usr/local/sbin", "/usr/local/bin")
 Words = list[str]
 
 
@@ -63,8 +62,8 @@ def second_chain_name(att: Attachment) -> str:
 
 
 def old_chain_name(att: Attachment) -> str:
-    """The chain name of our releases before Go's naming (hash of the tag): attachments
-    added then are still deleted by it."""
+    """The tag-based chain name (a hash of the tag), which records and jumps may still
+    carry: DEL and GC remove it."""
     return CHAIN_PREFIX + sha512_hex(att.tag.encode())[:21]
 
 
@@ -92,180 +91,142 @@ def parse_go_comment(comment: str) -> tuple[str, str] | None:
 # ---------------------------------------------------------------------------- the tools
 
 
-def tool(variant: str, family: int, kind: str) -> str:
-    """Path of e.g. ip6tables-nft-save; error 50 when it is not installed."""
-    name = f"{'ip6tables' if family == 6 else 'iptables'}-{variant}-{kind}"
-    for d in TOOL_DIRS:
-        path = os.path.join(d, name)
-        if os.access(path, os.X_OK):
-            return path
-    raise CniError(
-        STATUS_UNAVAILABLE,
-        f"{name} is not installed",
-        "install the iptables package, or use the nftables backend",
-    )
+class Tools:
+    """The iptables tools of this host, reached through the backend's kernel port."""
 
+    __slots__ = ("port",)
 
-def run(argv: list[str], data: bytes = b"") -> tuple[int, str]:
-    """Run argv with `data` on its stdin; (exit status, its stdout and stderr).
+    def __init__(self, port: XtablesKernel) -> None:
+        self.port = port
 
-    posix_spawn and pipes, not subprocess (~10 ms of imports on every call). stdin is
-    written whole first: iptables-restore reads all of it before it answers, and the
-    save tools read none. stdout and stderr share one pipe, so neither can fill up while
-    the other is read.
-    """
-    out_r, out_w = os.pipe()
-    in_r, in_w = os.pipe() if data else (os.open(os.devnull, os.O_RDONLY), -1)
-    actions = [
-        (os.POSIX_SPAWN_DUP2, in_r, 0),
-        (os.POSIX_SPAWN_DUP2, out_w, 1),
-        (os.POSIX_SPAWN_DUP2, out_w, 2),
-    ]
-    env = {"PATH": ":".join(TOOL_DIRS), "LC_ALL": "C"}
-    if "XTABLES_LOCKFILE" in os.environ:
-        env["XTABLES_LOCKFILE"] = os.environ["XTABLES_LOCKFILE"]
-    try:
-        pid = os.posix_spawn(argv[0], argv, env, file_actions=actions)
-    finally:
-        for fd in (in_r, out_w):
-            os.close(fd)
-    if in_w >= 0:
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(in_w, view) :]
-        except BrokenPipeError:
-            pass  # it stopped reading (a parse error): its message says why
-        finally:
-            os.close(in_w)
-    with os.fdopen(out_r, "rb") as f:
-        out = f.read()
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status), out.decode(errors="replace")
+    def tool(self, variant: str, family: int, kind: str) -> str:
+        """Path of e.g. ip6tables-nft-save; error 50 when it is not installed."""
+        path = self.port.tool(variant, family, kind)
+        if path is None:
+            name = f"{'ip6tables' if family == 6 else 'iptables'}-{variant}-{kind}"
+            raise CniError(
+                STATUS_UNAVAILABLE,
+                f"{name} is not installed",
+                "install the iptables package, or use the nftables backend",
+            )
+        return path
 
+    def save(self, variant: str, family: int) -> str:
+        """`iptables-save -t nat` of that variant; "" when it has no nat table.
 
-def save(variant: str, family: int) -> str:
-    """`iptables-save -t nat` of that variant; "" when it has no nat table.
+        The legacy tool creates the table it is asked for, so it is only asked when the
+        kernel lists one.
+        """
+        if variant == "legacy" and not self.port.legacy_nat_exists(family):
+            return ""
+        code, text = self.port.run([self.tool(variant, family, "save"), "-t", "nat"])
+        if code != 0:
+            raise CniError(
+                KERNEL_FAILURE, f"cannot read the IPv{family} nat table (iptables-{variant})", text
+            )
+        return text
 
-    The legacy tool creates the table it is asked for, so it is only asked when the
-    kernel lists one.
-    """
-    if variant == "legacy" and not legacy_nat_exists(family):
-        return ""
-    code, text = run([tool(variant, family, "save"), "-t", "nat"])
-    if code != 0:
-        raise CniError(
-            KERNEL_FAILURE, f"cannot read the IPv{family} nat table (iptables-{variant})", text
-        )
-    return text
+    def listing(self, variant: str, family: int, chains: tuple[str, ...]) -> str:
+        """`iptables -t nat -S CHAIN` of each chain (those that exist), for NatTable.
 
+        DEL and CHECK look at two chains only: iptables-nft translates just those, where
+        iptables-nft-save translates the whole table.
+        """
+        if variant == "legacy" and not self.port.legacy_nat_exists(family):
+            return ""
+        out = []
+        exe = self.tool(variant, family, "save").removesuffix("-save")
+        for chain in chains:
+            code, text = self._waiting([exe], ["-t", "nat", "-S", chain])
+            if code == 0:
+                out.append(text)
+            # (iptables-nft 1.8.9 calls a chain that does not exist "incompatible")
+            elif "No chain" not in text and "incompatible" not in text:
+                raise CniError(KERNEL_FAILURE, f"cannot list {chain} (iptables-{variant})", text)
+        return "\n".join(out)
 
-def listing(variant: str, family: int, chains: tuple[str, ...]) -> str:
-    """`iptables -t nat -S CHAIN` of each chain (those that exist), for NatTable.
+    def _waiting(self, head: list[str], tail: list[str], data: bytes = b"") -> tuple[int, str]:
+        """`head -w N tail`: the tool waits up to our lock timeout for the xtables lock,
+        like every other iptables user; error 11 when it stayed taken."""
+        wait = str(max(1, int(lock_timeout())))
+        code, out = self.port.run([*head, "-w", wait, *tail], data)
+        if code != 0 and "xtables lock" in out:
+            lock = os.environ.get("XTABLES_LOCKFILE", "/run/xtables.lock")
+            raise CniError(
+                TRY_AGAIN_LATER,
+                f"another iptables user (iptables-restore?) holds {lock}",
+                f"waited {wait}s ({LOCK_TIMEOUT_ENV}); try again later",
+            )
+        return code, out
 
-    DEL and CHECK look at two chains only: iptables-nft translates just those (5 and
-    13 ms at 1,000 attachments where iptables-nft-save of the table takes 50 ms).
-    """
-    if variant == "legacy" and not legacy_nat_exists(family):
-        return ""
-    out = []
-    exe = tool(variant, family, "save").removesuffix("-save")
-    for chain in chains:
-        code, text = _waiting([exe], ["-t", "nat", "-S", chain])
+    def restore(self, variant: str, family: int, lines: list[str]) -> str:
+        """Commit `lines` to the nat table in one transaction; "" or the tool's complaint
+        (with the text of the line it names: iptables-legacy-restore gives only its
+        number)."""
+        text = "*nat\n" + "\n".join(lines) + "\nCOMMIT\n"
+        restore = [self.tool(variant, family, "restore"), "--noflush"]
+        code, out = self._waiting(restore, [], text.encode())
         if code == 0:
-            out.append(text)
-        # (iptables-nft 1.8.9 calls a chain that does not exist "incompatible")
-        elif "No chain" not in text and "incompatible" not in text:
-            raise CniError(KERNEL_FAILURE, f"cannot list {chain} (iptables-{variant})", text)
-    return "\n".join(out)
+            return ""
+        complaint = out.strip() or "failed"
+        _, found, rest = complaint.partition("line ")
+        number = rest.split(" ", 1)[0].rstrip(":")
+        if found and number.isdigit() and 2 <= int(number) <= len(lines) + 1:
+            complaint += f" (line {number}: {lines[int(number) - 2]})"
+        return complaint
 
+    def commit(self, variant: str, family: int, lines: list[str], what: str) -> None:
+        """restore(), failing the call when the tool refuses (no lines: nothing is run)."""
+        if not lines:
+            return
+        complaint = self.restore(variant, family, lines)
+        if complaint:
+            raise CniError(
+                KERNEL_FAILURE, f"iptables-{variant}-restore refused to {what}", complaint
+            )
 
-def _waiting(head: list[str], tail: list[str], data: bytes = b"") -> tuple[int, str]:
-    """run() of `head -w N tail`: the tool waits up to our lock timeout for the xtables
-    lock, like every other iptables user; error 11 when it stayed taken."""
-    wait = str(max(1, int(lock_timeout())))
-    code, out = run([*head, "-w", wait, *tail], data)
-    if code != 0 and "xtables lock" in out:
-        lock = os.environ.get("XTABLES_LOCKFILE", "/run/xtables.lock")
-        raise CniError(
-            TRY_AGAIN_LATER,
-            f"another iptables user (iptables-restore?) holds {lock}",
-            f"waited {wait}s ({LOCK_TIMEOUT_ENV}); try again later",
-        )
-    return code, out
+    def delete_chains(self, variant: str, family: int, chains: tuple[str, ...]) -> UdpTargets:
+        """Delete `chains` and the jumps to them from CNI-HOSTPORT-DNAT, those there (the
+        caller holds LOCK); their UDP mappings."""
+        table = NatTable(self.listing(variant, family, (*chains, TOP)))
+        lines: list[str] = []
+        udp: UdpTargets = []
+        for chain in chains:
+            more, found = removal(table, chain, family)
+            lines += more
+            udp += found
+        what = f"delete the IPv{family} port mappings ({', '.join(chains)})"
+        self.commit(variant, family, lines, what)
+        return udp
 
+    def choose_variant(self, log: Log) -> tuple[str, str]:
+        """(variant, its IPv4 nat table as saved) for this call.
 
-def legacy_nat_exists(family: int) -> bool:
-    names = "/proc/net/ip6_tables_names" if family == 6 else "/proc/net/ip_tables_names"
-    try:
-        with open(names) as f:
-            return "nat" in f.read().split()
-    except OSError:
-        return False
-
-
-def restore(variant: str, family: int, lines: list[str]) -> str:
-    """Commit `lines` to the nat table in one transaction; "" or the tool's complaint
-    (with the text of the line it names: iptables-legacy-restore gives only its number)."""
-    text = "*nat\n" + "\n".join(lines) + "\nCOMMIT\n"
-    code, out = _waiting([tool(variant, family, "restore"), "--noflush"], [], text.encode())
-    if code == 0:
-        return ""
-    complaint = out.strip() or "failed"
-    _, found, rest = complaint.partition("line ")
-    number = rest.split(" ", 1)[0].rstrip(":")
-    if found and number.isdigit() and 2 <= int(number) <= len(lines) + 1:
-        complaint += f" (line {number}: {lines[int(number) - 2]})"
-    return complaint
-
-
-def host_default() -> str:
-    """The variant of the host's `iptables` command (Debian/RHEL alternatives).
-
-    Looked up in TOOL_DIRS only, never in PATH: PATH is whatever the runtime had, and an
-    entry in it that is relative (or empty: the working directory) or writable by others
-    would make root run the `iptables` it names."""
-    for d in TOOL_DIRS:
-        path = os.path.join(d, "iptables")
-        if not os.access(path, os.X_OK):
-            continue
-        real = os.path.basename(os.path.realpath(path))
+        The one whose nat table holds more rules, as kube-proxy's iptables-wrapper decides
+        (there the nat table holds most of kube-proxy's rules too); a tie, an empty host
+        included, goes to the host's `iptables`. The table read for counting is the one
+        the call then works on, so the choice costs one extra read at most.
+        """
+        forced = os.environ.get(VARIANT_ENV, "")
+        if forced in VARIANTS:
+            return forced, self.save(forced, 4)
+        texts: dict[str, str] = {}
         for variant in VARIANTS:
-            if variant in real:
-                return variant
-        _, out = run([path, "-V"])
-        return "legacy" if "legacy" in out else "nft"
-    return "nft"
-
-
-def choose_variant(log: Log) -> tuple[str, str]:
-    """(variant, its IPv4 nat table as saved) for this call.
-
-    The one whose nat table holds more rules, as kube-proxy's iptables-wrapper decides
-    (there the nat table holds most of kube-proxy's rules too); a tie, an empty host
-    included, goes to the host's `iptables`. The table read for counting is the one the
-    call then works on, so the choice costs one extra read at most.
-    """
-    forced = os.environ.get(VARIANT_ENV, "")
-    if forced in VARIANTS:
-        return forced, save(forced, 4)
-    texts: dict[str, str] = {}
-    for variant in VARIANTS:
-        try:
-            texts[variant] = save(variant, 4)
-        except CniError:
-            texts[variant] = ""  # not installed, or not usable here: nothing of ours there
-    count = {v: texts[v].count("\n-A ") for v in VARIANTS}
-    if count["nft"] != count["legacy"]:
-        chosen = "nft" if count["nft"] > count["legacy"] else "legacy"
-    else:
-        chosen = host_default()
-    if count["nft"] and count["legacy"]:
-        log.warning(
-            f"both iptables variants have nat rules (nft {count['nft']}, legacy "
-            f"{count['legacy']}): using iptables-{chosen}"
-        )
-    return chosen, texts[chosen] or save(chosen, 4)
+            try:
+                texts[variant] = self.save(variant, 4)
+            except CniError:
+                texts[variant] = ""  # not installed, or not usable here: nothing of ours
+        count = {v: texts[v].count("\n-A ") for v in VARIANTS}
+        if count["nft"] != count["legacy"]:
+            chosen = "nft" if count["nft"] > count["legacy"] else "legacy"
+        else:
+            chosen = self.port.host_variant()
+        if count["nft"] and count["legacy"]:
+            log.warning(
+                f"both iptables variants have nat rules (nft {count['nft']}, legacy "
+                f"{count['legacy']}): using iptables-{chosen}"
+            )
+        return chosen, texts[chosen] or self.save(chosen, 4)
 
 
 # ---------------------------------------------------------------------------- rule text
@@ -365,7 +326,7 @@ class Jump(Value):
 
     @property
     def old_owner(self) -> str:
-        """The owning attachment's tag in a jump of our former naming, else ""."""
+        """The owning attachment's tag in a jump of the tag-based naming, else ""."""
         if not self.comment.startswith(OLD_COMMENT_PREFIX):
             return ""
         return self.comment[len(OLD_COMMENT_PREFIX) :].split(" ", 1)[0]
@@ -417,12 +378,23 @@ def chain_order(forwards: tuple[Forward, ...]) -> list[Forward]:
     return out
 
 
-def _rules_per_jump(conditions: tuple[str, ...]) -> int:
+def condition_words(conditions: Conditions) -> Words:
+    """The conditions as iptables arguments, as written (Go puts them in its jumps)."""
+    if conditions.matches and not conditions.iptables_style:
+        raise invalid_config(
+            f"{conditions.key} are nft expressions, but the backend is iptables",
+            'give iptables arguments (e.g. ["-s", "10.0.0.0/8"]) or use "backend": "nftables"',
+        )
+    return [word for match in conditions.matches for word in match.iptables]
+
+
+def _rules_per_jump(conditions: Conditions) -> int:
     """iptables makes one rule per combination of the -s and -d addresses of a list."""
+    words = condition_words(conditions)
     n = 1
-    for i, option in enumerate(conditions[:-1]):
+    for i, option in enumerate(words[:-1]):
         if option in IPT_ADDRESS_OPTIONS:
-            n *= conditions[i + 1].count(",") + 1
+            n *= words[i + 1].count(",") + 1
     return n
 
 
@@ -432,6 +404,7 @@ def jumps(plan: Plan, fp: FamilyPlan, chain: str) -> list[Words]:
     as Go), at most 15 ports each; the family's conditions after them."""
     att = plan.attachment
     comment = go_comment(att.network, att.container_id)
+    conditions = condition_words(fp.conditions)
     lists: dict[str, list[list[str]]] = {}
     for protocol, port, count in plan.host_ports:
         spec = f"{port}:{port + count - 1}" if count > 1 else str(port)
@@ -442,7 +415,7 @@ def jumps(plan: Plan, fp: FamilyPlan, chain: str) -> list[Words]:
         groups[-1].append(spec)
     head = ["-m", "comment", "--comment", comment, "-m", "multiport", "-p"]
     return [
-        [*head, protocol, "--dports", ",".join(ports), *fp.conditions, "-j", chain]
+        [*head, protocol, "--dports", ",".join(ports), *conditions, "-j", chain]
         for protocol in sorted(lists)
         for ports in lists[protocol]
     ]
@@ -482,29 +455,6 @@ def sweep(
             lines += more
             udp += found
     return lines, udp
-
-
-def commit(variant: str, family: int, lines: list[str], what: str) -> None:
-    """restore(), failing the call when the tool refuses (no lines: nothing is run)."""
-    if not lines:
-        return
-    complaint = restore(variant, family, lines)
-    if complaint:
-        raise CniError(KERNEL_FAILURE, f"iptables-{variant}-restore refused to {what}", complaint)
-
-
-def delete_chains(variant: str, family: int, chains: tuple[str, ...]) -> UdpTargets:
-    """Delete `chains` and the jumps to them from CNI-HOSTPORT-DNAT, those there (the
-    caller holds LOCK); their UDP mappings."""
-    table = NatTable(listing(variant, family, (*chains, TOP)))
-    lines: list[str] = []
-    udp: UdpTargets = []
-    for chain in chains:
-        more, found = removal(table, chain, family)
-        lines += more
-        udp += found
-    commit(variant, family, lines, f"delete the IPv{family} port mappings ({', '.join(chains)})")
-    return udp
 
 
 def recorded_owner(sd: AttachmentStore, network: str, container_id: str, chain: str) -> str:
@@ -606,37 +556,45 @@ Where = list[tuple[int, str, str]]  # (family, chain, variant) of a record's obj
 class XtablesBackend:
     name = NAME
 
-    def __init__(self, sd: AttachmentStore, log: Log) -> None:
+    def __init__(self, sd: AttachmentStore, log: Log, port: XtablesKernel) -> None:
+        from common.attachment import Engine
+
         self.sd = sd
         self.log = log
+        self.tools = Tools(port)
+        self.port = port
+        self.engine = Engine(sd, log, LOCK)
         self._chosen: tuple[str, str] | None = None
+
+    def owns(self, recorded: state.Recorded | None) -> bool:
+        return recorded is not None and recorded.backend == NAME
 
     def _variant(self) -> str:
         """The variant of this call, decided once; its IPv4 table is kept for the first
         read (call under the lock when it is to be written)."""
         if self._chosen is None:
-            self._chosen = choose_variant(self.log)
+            self._chosen = self.tools.choose_variant(self.log)
         return self._chosen[0]
 
     def _table(self, variant: str, family: int) -> NatTable:
         if self._chosen and self._chosen[0] == variant and family == 4 and self._chosen[1]:
             text, self._chosen = self._chosen[1], (variant, "")
             return NatTable(text)
-        return NatTable(save(variant, family))
+        return NatTable(self.tools.save(variant, family))
 
-    def _recorded(self, att: Attachment) -> Where | None:
+    def _where(self, att: Attachment, recorded: state.Recorded | None) -> Where | None:
         """(family, chain, variant) of what a previous ADD recorded, or None."""
-        recorded = self.sd.load(att)
-        if recorded is None or recorded.backend != NAME:
+        if not self.owns(recorded):
             return None
+        assert recorded is not None
         out = []
         for obj in recorded.objects:
             if isinstance(obj, list) and obj and obj[0] in (4, 6):
-                # records of our former naming hold its chain name, which DEL then uses
+                # a record of the tag-based naming holds that chain name
                 chain = obj[1] if len(obj) > 1 and isinstance(obj[1], str) else ""
                 if not chain.startswith(CHAIN_PREFIX) or len(chain) > 28:
                     chain = old_chain_name(att)
-                # no variant: written by the libiptc backend, which wrote the legacy tables
+                # a record without a variant is of the legacy tables
                 variant = obj[2] if len(obj) > 2 and obj[2] in VARIANTS else "legacy"
                 out.append((int(obj[0]), chain, str(variant)))
         return out
@@ -650,43 +608,47 @@ class XtablesBackend:
             return go if go in names else second
         return second if any(go in t.chains for t in tables.values()) else go
 
+    def _record(self, att: Attachment, objects: list[list[Any]]) -> state.Recorded:
+        owner = (att.network, att.container_id, att.ifname)
+        return state.Recorded(*owner, backend=NAME, objects=objects)
+
     # -- verbs --------------------------------------------------------------------------
 
     def add(self, plan: Plan) -> None:
         att = plan.attachment
-        with self.sd.lock(LOCK):
+        for fp in plan.families:
+            condition_words(fp.conditions)  # a config iptables cannot express changes nothing
+        with self.engine.add(att) as change:
             variant = self._variant()
-            previous = self._recorded(att) or []
+            previous = self._where(att, change.previous) or []
             tables = {fp.family: self._table(variant, fp.family) for fp in plan.families}
             name = self._name(att, previous, tables)
-            owner = (att.network, att.container_id, att.ifname)
-            objects = [[fp.family, name, variant] for fp in plan.families]
-            intent = objects + [list(p) for p in previous]
-            self.sd.save(att, state.Recorded(*owner, True, backend=NAME, objects=intent))
+            objects: list[list[Any]] = [[fp.family, name, variant] for fp in plan.families]
+            done: list[int] = []
+
+            def undo() -> None:
+                for family in done:
+                    self.tools.delete_chains(variant, family, (name,))
+
             for family, chain, old in previous:
                 # a repeated ADD after the host changed variant, or of an attachment
-                # added under our former naming
+                # with a tag-based chain: the previous record still covers these
+                # until the intent below replaces it
                 if (chain, old) != (name, variant):
-                    delete_chains(old, family, (chain,))
+                    self.tools.delete_chains(old, family, (chain,))
                     tables.clear()  # read again: they held that chain
-            done: list[int] = []
-            try:
-                for attempt in (1, 2):
-                    try:
-                        self._add_families(variant, plan, name, done, tables)
-                        break
-                    except CniError as e:
-                        # somebody changed the table between our read and write (another
-                        # iptables user made a chain): read it again, once
-                        if e.code != KERNEL_FAILURE or attempt == 2:
-                            raise
-                        tables.clear()
-            except CniError:
-                for family in done:
-                    delete_chains(variant, family, (name,))
-                self.sd.forget(att)
-                raise
-            self.sd.save(att, state.Recorded(*owner, True, backend=NAME, objects=objects))
+            change.intend(self._record(att, objects + [list(p) for p in previous]), undo)
+            for attempt in (1, 2):
+                try:
+                    self._add_families(variant, plan, name, done, tables)
+                    break
+                except CniError as e:
+                    # somebody changed the table between our read and write (another
+                    # iptables user made a chain): read it again, once
+                    if e.code != KERNEL_FAILURE or attempt == 2:
+                        raise
+                    tables.clear()
+            change.confirm(self._record(att, objects))
 
     def _add_families(
         self, variant: str, plan: Plan, name: str, done: list[int], tables: dict[int, NatTable]
@@ -705,31 +667,34 @@ class XtablesBackend:
                 changes.append((fp.family, removal(table, name, fp.family)[0]))
         for family, lines in changes:
             what = f"install the IPv{family} port mappings of {plan.attachment}"
-            commit(variant, family, lines, what)
+            self.tools.commit(variant, family, lines, what)
             done.append(family)
 
     def delete(self, att: Attachment, plan: Plan | None) -> UdpTargets:
         """The recorded chains. Without a record: the names only this attachment can
         have (Go's name is go_takeover.release's: a sibling attachment may own it)."""
-        targets: UdpTargets = []
-        with self.sd.lock(LOCK):
-            where = self._recorded(att)
-            if where is None:  # usually a repeated DEL: cheap looks, no tool run
-                from portmap.probe import may_have
 
+        def teardown(recorded: state.Recorded | None) -> UdpTargets:
+            where = self._where(att, recorded)
+            if where is None:  # usually a repeated DEL: cheap looks, no tool run
                 own = (second_chain_name(att), old_chain_name(att))
                 where = [(f, c, v) for v in VARIANTS for f in (4, 6) for c in own]
-                where = [(f, c, v) for f, c, v in where if may_have(v, f, c)]
-            places = sorted({(variant, family) for family, _, variant in where})
-            for variant, family in places:
+                where = [(f, c, v) for f, c, v in where if self.port.may_have(v, f, c)]
+            targets: UdpTargets = []
+            for variant, family in sorted({(variant, family) for family, _, variant in where}):
                 chains = tuple(dict.fromkeys(c for f, c, v in where if (v, f) == (variant, family)))
-                targets += delete_chains(variant, family, chains)
-            self.sd.forget(att)
-        return targets
+                targets += self.tools.delete_chains(variant, family, chains)
+            return targets
+
+        result: UdpTargets = self.engine.delete(att, teardown)
+        return result
 
     def check(self, plan: Plan) -> list[str]:
-        recorded = {f: (c, v) for f, c, v in self._recorded(plan.attachment) or []}
-        go = chain_name(plan.attachment)
+        for fp in plan.families:
+            condition_words(fp.conditions)
+        att = plan.attachment
+        recorded = {f: (c, v) for f, c, v in self._where(att, self.sd.load(att)) or []}
+        go = chain_name(att)
         mark_chain = plan.external_mark_chain or SETMARK
         problems: list[str] = []
         for fp in plan.families:
@@ -737,7 +702,7 @@ class XtablesBackend:
                 continue
             # no record: a pod the Go portmap set up has Go's name
             name, variant = recorded.get(fp.family) or (go, self._variant())
-            table = NatTable(listing(variant, fp.family, (name, TOP)))
+            table = NatTable(self.tools.listing(variant, fp.family, (name, TOP)))
             if name not in table.chains:
                 problems.append(f"IPv{fp.family}: chain {name} is missing (iptables-{variant})")
                 continue
@@ -752,7 +717,8 @@ class XtablesBackend:
             # address prefixes): let iptables itself compare them (-C, a read; legacy
             # restore commits nothing when nothing changed). It stops at the first missing.
             entries = jumps(plan, fp, name)
-            complaint = restore(variant, fp.family, [line("-C", TOP, w) for w in entries])
+            checks = [line("-C", TOP, w) for w in entries]
+            complaint = self.tools.restore(variant, fp.family, checks)
             if complaint:
                 problems.append(
                     f"IPv{fp.family}: {TOP} lacks a jump the config asks for: {complaint}"
@@ -769,21 +735,17 @@ class XtablesBackend:
         """Both variants, both families (an attachment may have been added before the host
         switched), wherever CNI-HOSTPORT-DNAT may be: the jumps of `network` in Go's
         format (ours and the Go portmap's alike) whose container is neither valid nor in
-        an ADD in flight, those of our former format whose attachment is stale; then
+        an ADD in flight, those of the tag-based format whose attachment is stale; then
         their chains, unless another rule still jumps there."""
-        from portmap.probe import may_have
-
         targets: UdpTargets = []
-        with self.sd.lock(LOCK):
-            stale_records, in_flight = self.sd.sweep(network, valid, before)
-            for recorded in stale_records:
-                if recorded.backend == NAME:
-                    self.sd.forget(recorded)
-            alive = [Attachment(network, a.container_id, a.ifname) for a in [*valid, *in_flight]]
+        prefix = network_tag(network) + "-"
+        with self.engine.collecting(
+            network, valid, owns=self.owns, unusable=prefix, before=before
+        ) as alive_ids:
+            alive = [Attachment(network, a.container_id, a.ifname) for a in alive_ids]
             keep_tags = {a.tag for a in alive}
             keep = {go_chain_name(network, a.container_id) for a in alive}
             keep |= {second_chain_name(a) for a in alive}
-            prefix = network_tag(network) + "-"
 
             def stale(j: Jump) -> bool:
                 if not j.target.startswith(CHAIN_PREFIX):
@@ -796,13 +758,13 @@ class XtablesBackend:
 
             for variant in VARIANTS:
                 for family in (4, 6):
-                    if may_have(variant, family, TOP):
+                    if self.port.may_have(variant, family, TOP):
                         targets += self._gc_family(variant, family, stale)
         return targets
 
     def _gc_family(self, variant: str, family: int, stale: Callable[[Jump], bool]) -> UdpTargets:
         try:
-            top = listing(variant, family, (TOP,))
+            top = self.tools.listing(variant, family, (TOP,))
         except CniError as e:
             if e.code != STATUS_UNAVAILABLE:
                 raise
@@ -811,9 +773,9 @@ class XtablesBackend:
         if not doomed:
             return []
         chains = tuple(sorted({j.target for j in doomed}))
-        table = NatTable(top + "\n" + listing(variant, family, chains))
+        table = NatTable(top + "\n" + self.tools.listing(variant, family, chains))
         lines, udp = sweep(table, family, stale)
-        commit(variant, family, lines, f"delete stale IPv{family} port mappings")
+        self.tools.commit(variant, family, lines, f"delete stale IPv{family} port mappings")
         self.log.info(f"GC removed iptables-{variant} IPv{family} chains {', '.join(chains)}")
         return udp
 
@@ -821,7 +783,7 @@ class XtablesBackend:
         """The tools of the variant an ADD would use are there. Polled often (containerd
         2.1+ on every status poll): no table is read, the host's `iptables` decides."""
         forced = os.environ.get(VARIANT_ENV, "")
-        variant = forced if forced in VARIANTS else host_default()
+        variant = forced if forced in VARIANTS else self.port.host_variant()
         for family in (4, 6):
             for kind in ("save", "restore"):
-                tool(variant, family, kind)
+                self.tools.tool(variant, family, kind)

@@ -153,7 +153,6 @@ class PortmapWorld:
         self.kernel = FakeKernel(tmp_path / "netns")
         self.netns = self.kernel.add_netns("ctr")
         self.fake = FakeNetfilter()
-        self.fake.install(monkeypatch)
         self.backend = backend
         self.state = tmp_path / "state" / "portmap"
 
@@ -168,7 +167,9 @@ class PortmapWorld:
         }  # fmt: skip
 
     def run(self, command: str, conf: dict[str, Any]) -> tuple[int, Any]:
-        return self.kernel.run("portmap", command, conf, netns=self.netns, container_id=CID)
+        return self.kernel.run(
+            "portmap", command, conf, netns=self.netns, container_id=CID, kernel=self.fake
+        )
 
     def record(self, net: str = "pmnet", cid: str = CID) -> Path:
         return self.state / f"{Attachment(net, cid, 'eth0').tag}.json"
@@ -199,7 +200,7 @@ def test_portmap_gc_removes_its_networks_records_nobody_can_use(
     for path in (mine, other_net):
         path.write_text(DEEP)
     gc = {"cniVersion": "1.1.0", "name": "pmnet", "type": "portmap", "backend": pm.backend}
-    assert pm.kernel.run("portmap", "GC", gc, netns="") == (0, None)
+    assert pm.kernel.run("portmap", "GC", gc, netns="", kernel=pm.fake) == (0, None)
     assert not mine.exists() and other_net.exists()  # another network's GC decides that one
     (line,) = [line for line in log_lines(tmp_path) if "gc: removed unusable" in line]
     assert str(mine) in line and "RecursionError" in line

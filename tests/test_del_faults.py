@@ -279,10 +279,10 @@ def watch_portmap(monkeypatch: pytest.MonkeyPatch, faults: Faults, host: Netns) 
     every conntrack netlink message (the fault deletes the entries a delete names; a dump
     has nothing to vanish, so it is refused with ENODEV)."""
     from common.rtnl import NETLINK_NETFILTER, NetlinkSocket
-    from portmap import netlink, nft
+    from portmap import kernel, nft
 
     run_nft, send = nft.Nft.run, NetlinkSocket.request
-    ct_delete = (netlink.NFNL_SUBSYS_CTNETLINK << 8) | netlink.IPCTNL_MSG_CT_DELETE
+    ct_delete = (kernel.NFNL_SUBSYS_CTNETLINK << 8) | kernel.IPCTNL_MSG_CT_DELETE
 
     def drop_table() -> None:
         host.run("nft", "delete", "table", *TABLE.split(), check=False)
@@ -298,7 +298,7 @@ def watch_portmap(monkeypatch: pytest.MonkeyPatch, faults: Faults, host: Netns) 
         return run_nft(self, text)
 
     def request(sock: NetlinkSocket, kind: int, flags: int, body: bytes) -> Any:
-        if sock.sock.proto == NETLINK_NETFILTER and kind >> 8 == netlink.NFNL_SUBSYS_CTNETLINK:
+        if sock.sock.proto == NETLINK_NETFILTER and kind >> 8 == kernel.NFNL_SUBSYS_CTNETLINK:
             delete = kind == ct_delete
             faults.step("ct delete" if delete else "ct dump", drop_entries if delete else refuse)
         return send(sock, kind, flags, body)

@@ -32,7 +32,7 @@ from common.errors import CniError
 from common.result import Result
 from common.state import StateDir
 from portmap import config as cfg
-from portmap import nft
+from portmap import nft, xtables
 from portmap.plan import make_plan
 
 PREV: dict[str, Any] = {
@@ -61,7 +61,7 @@ def refusal(mappings: list[dict[str, Any]], **keys: Any) -> CniError:
 
 def nft_text(config: cfg.PortmapConfig, att: cfg.Attachment, prev: dict[str, Any]) -> str:
     """Every line of nft text an ADD and a DEL of this attachment would send."""
-    plan = make_plan(config, att, Result.from_json(prev, "1.0.0"), "nftables")
+    plan = make_plan(config, att, Result.from_json(prev, "1.0.0"))
     elements = nft.plan_elements(plan)
     assert all(nft.is_plain(e) for e in elements)
     lines = [*nft.skeleton_text()]
@@ -155,7 +155,7 @@ def test_element_keys_read_back_from_a_state_file_must_be_plain() -> None:
     ]
     from portmap.state import Recorded
 
-    kept = nft._state_elements(Recorded.from_json({"backend": "nftables", "objects": objects}))
+    kept = nft.recorded_elements(Recorded.from_json({"backend": "nftables", "objects": objects}))
     assert kept is not None
     assert [[e.set, e.key] for e in kept] == objects[:3]
 
@@ -184,20 +184,23 @@ ALLOWED_V4 = [
 @pytest.mark.parametrize("conditions", ALLOWED_V4, ids=lambda c: " ".join(c))
 def test_plain_match_expressions_are_allowed(conditions: list[str]) -> None:
     options = portmap_conf([], conditionsV4=conditions).options
-    assert options.conditions_v4
+    assert options.conditions_v4.matches
     config = portmap_conf([{"hostPort": 8080, "containerPort": 80}], conditionsV4=conditions)
     text = nft_text(config, cfg.Attachment("n", "c", "eth0"), PREV)
     assert_inert(text)
-    assert " ".join(options.conditions_v4) + " dnat ip to" in text
+    assert " ".join(nft.render_conditions(options.conditions_v4)) + " dnat ip to" in text
 
 
 def test_allowed_conditions_keep_their_text_when_already_canonical() -> None:
     """The lane of an attachment is named by a hash of its conditions: a condition
     written the usual way must keep its text, or existing lanes would be orphaned."""
     written = ["ip saddr 10.0.0.0/8", 'iifname "eth0"', "ip saddr != { 10.0.0.0/8, 1.2.3.4 }"]
-    assert portmap_conf([], conditionsV4=written).options.conditions_v4 == tuple(written)
+    options = portmap_conf([], conditionsV4=written).options
+    assert nft.render_conditions(options.conditions_v4) == tuple(written)
     v6 = ["ip6 saddr fd00::/8"]
-    assert portmap_conf([], conditionsV6=v6).options.conditions_v6 == tuple(v6)
+    assert nft.render_conditions(portmap_conf([], conditionsV6=v6).options.conditions_v6) == (
+        tuple(v6)
+    )
 
 
 @pytest.mark.parametrize(
@@ -247,7 +250,8 @@ def test_anything_but_a_plain_match_is_error_7_naming_the_token(condition: str, 
 
 def test_iptables_conditions_are_an_allowlist_too() -> None:
     ok = ["!", "-s", "10.0.0.0/8", "-i", "eth+", "-m", "addrtype", "--dst-type", "LOCAL"]
-    assert portmap_conf([], conditionsV4=ok, backend="iptables").options.conditions_v4
+    options = portmap_conf([], conditionsV4=ok, backend="iptables").options
+    assert xtables.condition_words(options.conditions_v4) == ok
     for bad, token in [
         (["-m", "recent", "--set"], "recent"),  # records every source: a side effect
         (["-m", "quota", "--quota", "1"], "quota"),
@@ -264,14 +268,13 @@ def test_iptables_conditions_are_an_allowlist_too() -> None:
 
 
 def test_translated_iptables_conditions_render_from_addresses() -> None:
-    tokens = ("!", "-s", "10.0.0.0/8,192.168.0.0/16", "-i", "eth+")
-    assert cfg.iptables_to_nft(tokens, 4, "conditionsV4") == (
+    tokens = ["!", "-s", "10.0.0.0/8,192.168.0.0/16", "-i", "eth+"]
+    conditions = portmap_conf([], conditionsV4=tokens).options.conditions_v4
+    assert nft.render_conditions(conditions) == (
         "ip saddr != { 10.0.0.0/8, 192.168.0.0/16 }",
         'iifname "eth*"',
     )
-    with pytest.raises(CniError) as e:
-        cfg.iptables_to_nft(("-s", "10.0.0.0/8}"), 4, "conditionsV4")
-    assert e.value.code == 7
+    refusal([], conditionsV4=["-s", "10.0.0.0/8}"])
 
 
 @pytest.mark.parametrize("payload", HOSTILE)
@@ -389,9 +392,11 @@ def test_iptables_is_never_run_from_a_relative_path_entry(
     planted.chmod(0o755)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PATH", f"{entry}:/usr/sbin:/usr/bin:/sbin:/bin")
-    assert xtables.host_default() in xtables.VARIANTS
+    from portmap import kernel
+
+    assert kernel.Kernel().xtables.host_variant() in xtables.VARIANTS
     assert not ran.exists()
-    for d in xtables.TOOL_DIRS:
+    for d in kernel.TOOL_DIRS:
         assert os.path.isabs(d)
 
 

@@ -358,13 +358,14 @@ def test_gc_removes_every_mapping_of_attachments_no_longer_valid(lab: Lab, backe
     assert "8080" in rules_text(lab, backend)
 
 
-def test_iptables_status_reads_no_table(lab: Lab, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_iptables_status_reads_no_table(lab: Lab) -> None:
     """A runtime polls STATUS every few seconds: the iptables backend checks that the
     tools of the host's variant are there, and neither loads libnftables nor saves a
     table (at 1,000 attachments one iptables-nft-save costs ~60 ms)."""
     from common.log import Log
     from common.state import AttachmentStore
     from portmap import xtables
+    from portmap.kernel import NftKernel, XtablesKernel
     from portmap.state import Recorded
 
     status = {"cniVersion": "1.1.0", "name": "direct", "type": "portmap", "backend": "iptables"}
@@ -373,13 +374,13 @@ def test_iptables_status_reads_no_table(lab: Lab, monkeypatch: pytest.MonkeyPatc
     assert "portmap.xtables" in run.stderr and "portmap.libnftables" not in run.stderr
     ran: list[list[str]] = []
 
-    def fake_run(argv: list[str], data: bytes = b"") -> tuple[int, str]:
-        ran.append(argv)
-        return 0, ""
+    class Recording(XtablesKernel):
+        def run(self, argv: list[str], data: bytes = b"") -> tuple[int, str]:
+            ran.append(argv)
+            return 0, ""
 
-    monkeypatch.setattr(xtables, "run", fake_run)
     store = AttachmentStore(str(lab.state_root / "portmap"), Recorded)
-    backend = xtables.XtablesBackend(store, Log(""))
+    backend = xtables.XtablesBackend(store, Log(""), Recording(NftKernel()))
     backend.status()
     assert not [argv for argv in ran if argv[0].endswith("-save")]
 

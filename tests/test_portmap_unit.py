@@ -118,14 +118,19 @@ def test_conditions_cannot_escape_or_replace_the_match(condition: str) -> None:
 
 
 def test_iptables_conditions_translate_to_nft() -> None:
-    tokens = ("!", "-s", "10.0.0.0/8,192.168.0.0/16", "-i", "eth+")
-    assert cfg.iptables_to_nft(tokens, 4, "conditionsV4") == (
+    tokens = ["!", "-s", "10.0.0.0/8,192.168.0.0/16", "-i", "eth+"]
+    assert nft.render_conditions(parsed([], conditionsV4=tokens).options.conditions_v4) == (
         "ip saddr != { 10.0.0.0/8, 192.168.0.0/16 }",
         'iifname "eth*"',
     )
+    untranslatable = ["-s", "10.0.0.0/8", "-m", "addrtype", "--src-type", "LOCAL"]
     with pytest.raises(CniError) as e:
-        cfg.iptables_to_nft(("-m", "addrtype"), 4, "conditionsV4")
+        nft.render_conditions(parsed([], conditionsV4=untranslatable).options.conditions_v4)
     assert e.value.code == 7 and "nft syntax" in e.value.details
+    assert e.value.msg == (
+        "conditionsV4: cannot translate iptables condition '-m addrtype --src-type LOCAL' "
+        "to nftables"
+    )
 
 
 def test_attachment_tag_is_stable_and_names_the_network() -> None:
@@ -253,14 +258,18 @@ def test_udp_targets_come_from_claims() -> None:
 
 
 def test_iptables_only_keys_choose_iptables_when_no_backend_is_given() -> None:
-    from portmap.backend import resolve
+    from common.log import Log
+    from portmap import state
+    from portmap.verbs import choose
+    from tests.harness.fake_portmap import FakeNetfilter
 
-    assert resolve(parsed([], externalSetMarkChain="KUBE-MARK-MASQ").options) == "iptables"
-    assert resolve(parsed([], conditionsV4=["-m", "addrtype", "--src-type", "LOCAL"]).options) == (
-        "iptables"
-    )
-    assert resolve(parsed([], conditionsV6=["!", "-s", "fd00::/8"]).options) == "iptables"
-    assert resolve(parsed([], backend="nftables", conditionsV4=["-s", "10.0.0.0/8"]).options) == (
+    def backend(**keys: Any) -> str:
+        return choose(parsed([], **keys).options, state.store(), Log(""), FakeNetfilter()).name
+
+    assert backend(externalSetMarkChain="KUBE-MARK-MASQ") == "iptables"
+    assert backend(conditionsV4=["-m", "addrtype", "--src-type", "LOCAL"]) == "iptables"
+    assert backend(conditionsV6=["!", "-s", "fd00::/8"]) == "iptables"
+    assert backend(backend="nftables", conditionsV4=["-s", "10.0.0.0/8"]) == (
         "nftables"  # asked for: translated (-s/-d/-i), or error 7 naming the condition
     )
 
@@ -317,7 +326,7 @@ def test_iptables_restore_lines_of_an_add() -> None:
 
     config = parsed([{"hostPort": 8080, "containerPort": 80, "hostIP": "192.0.2.1"}],
                     conditionsV4=["!", "-s", "10.1.0.0/16"], backend="iptables")  # fmt: skip
-    plan = make_plan(config, ATT, config_prev(), "iptables")
+    plan = make_plan(config, ATT, config_prev())
     fp = plan.families[0]
     name = xtables.chain_name(ATT)
     lines = xtables.installation(xtables.NatTable(""), fp, plan, name)
@@ -357,7 +366,8 @@ def test_gc_picks_only_the_go_jumps_of_its_network_whose_container_is_gone(
     kept."""
     from common.gc import AttachmentId
     from common.log import Log
-    from portmap import probe, state, xtables
+    from portmap import state, xtables
+    from portmap.kernel import NftKernel, XtablesKernel
 
     gone, kept = xtables.go_chain_name("n", "gone"), xtables.go_chain_name("n", "kept")
     shared = xtables.go_chain_name("n", "shared")
@@ -377,27 +387,31 @@ def test_gc_picks_only_the_go_jumps_of_its_network_whose_container_is_gone(
         shared: f"-N {shared}\n-A {shared} -p tcp -m tcp --dport 84 {dnat}:84",
     }
 
-    def listing(variant: str, family: int, names: tuple[str, ...]) -> str:
-        if names == (xtables.TOP,):
-            return "\n".join(["-N CNI-HOSTPORT-DNAT", *top])
-        return "\n".join(chains.get(n, "") for n in names)
-
-    def may_have(variant: str, family: int, chain: str) -> bool:
-        return (variant, family, chain) == ("nft", 4, xtables.TOP)
-
     committed: list[list[str]] = []
 
-    def restore(variant: str, family: int, lines: list[str]) -> str:
-        committed.append(lines)
-        return ""
+    class Port(XtablesKernel):
+        """Only the nft variant's IPv4 nat table exists, holding `top` and `chains`."""
 
-    monkeypatch.setattr(xtables, "listing", listing)
-    monkeypatch.setattr(xtables, "restore", restore)
-    monkeypatch.setattr(probe, "may_have", may_have)
+        def tool(self, variant: str, family: int, kind: str) -> str:
+            return f"/x/iptables-{variant}-{kind}"
+
+        def may_have(self, variant: str, family: int, chain: str) -> bool:
+            return (variant, family, chain) == ("nft", 4, xtables.TOP)
+
+        def run(self, argv: list[str], data: bytes = b"") -> tuple[int, str]:
+            if argv[0].endswith("-restore"):
+                committed.append(data.decode().splitlines()[1:-1])
+                return 0, ""
+            chain = argv[-1]
+            if chain == xtables.TOP:
+                return 0, "\n".join(["-N CNI-HOSTPORT-DNAT", *top])
+            return (0, chains[chain]) if chain in chains else (1, "No chain")
+
     monkeypatch.setenv("CNI_META_STATE_ROOT", str(tmp_path))
     sd = state.store()
 
-    udp = xtables.XtablesBackend(sd, Log("")).gc("n", {AttachmentId("kept", "net1")}, sd.stamps())
+    backend = xtables.XtablesBackend(sd, Log(""), Port(NftKernel()))
+    udp = backend.gc("n", {AttachmentId("kept", "net1")}, sd.stamps())
 
     assert udp == [(4, None, 53)]
     deletions = ["-D" + rule[2:] for rule in doomed] + [f"-F {gone}", f"-X {gone}"]

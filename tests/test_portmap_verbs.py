@@ -7,13 +7,14 @@ and the changes that were sent. tests/test_portmap.py proves the same on the rea
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from common.digest import sha512_hex
-from portmap import nft, probe, state, xtables
+from portmap import nft, state, xtables
 from portmap.config import Attachment
 from portmap.xtables import chain_name
 from tests.harness.fake_kernel import FakeKernel
@@ -33,7 +34,6 @@ class World:
         self.kernel = FakeKernel(tmp_path / "netns")  # for the CNI_NETNS paths and `run`
         self.netns = self.kernel.add_netns("ctr")
         self.fake = FakeNetfilter()
-        self.fake.install(monkeypatch)
         self.state = tmp_path / "state"
 
     def conf(self, ip: str = "10.88.0.5", mappings: Any = MAPPINGS, **keys: Any) -> Any:
@@ -50,7 +50,7 @@ class World:
 
     def run(self, command: str, cid: str = "ctr1", **conf: Any) -> tuple[int, Any]:
         return self.kernel.run("portmap", command, self.conf(**conf), netns=self.netns,
-                               container_id=cid)  # fmt: skip
+                               container_id=cid, kernel=self.fake)  # fmt: skip
 
     def records(self) -> list[str]:
         return sorted(p.name for p in self.state.rglob("*.json"))
@@ -256,6 +256,25 @@ def test_second_add_replaces_the_mappings_in_one_transaction(world: World) -> No
         assert world.fake.sent() == sent("nft ipv4", redo) + LOCALNET_ON + FLUSH
 
 
+def test_the_record_is_an_intent_while_the_kernel_changes_and_committed_after(
+    world: World,
+) -> None:
+    """Both backends write the attachment's record before any transaction, saying that
+    its objects may exist (committed false), and confirm it once they do."""
+
+    def committed() -> bool:
+        [record] = world.state.rglob("*.json")
+        return bool(json.loads(record.read_text())["committed"])
+
+    during: list[bool] = []
+    world.fake.nft.before_change = world.fake.xtables.before_change = lambda: during.append(
+        committed()
+    )
+    assert world.run("ADD")[0] == 0
+    assert during and not any(during)
+    assert committed()
+
+
 def test_check_passes_then_names_what_went_missing(world: World) -> None:
     world.run("ADD")
     world.fake.sent()
@@ -333,9 +352,7 @@ def test_del_without_any_state_succeeds_and_sends_nothing(world: World) -> None:
     assert world.fake.dump() == f"sysctl {ROUTE_LOCALNET} = 0\n"
 
 
-def test_del_without_state_removes_the_go_portmaps_iptables_mappings(
-    world: World, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_del_without_state_removes_the_go_portmaps_iptables_mappings(world: World) -> None:
     """A pod the Go portmap set up with iptables-nft: our DEL (no state of ours for it)
     removes Go's chain and the jumps to it with the iptables tools, as our iptables
     backend removes its own, and flushes its UDP conntrack; another Go pod's stay."""
@@ -352,11 +369,6 @@ def test_del_without_state_removes_the_go_portmaps_iptables_mappings(
         nat["CNI-HOSTPORT-DNAT"].append(jump)
         made[cid] = [jump, f":{name}", rule]
     kept = "".join(f"{x}\n" for x in world.fake.dump().splitlines() if x not in made["ctr1"])
-
-    def nft_has(family: int, table: str, chain: str | None = None) -> bool:
-        return table == "nat" and chain in world.fake.xtables.table("nft", family)
-
-    monkeypatch.setattr(probe, "nft_has", nft_has)
     assert world.run("DEL") == (0, None)
     name = xtables.go_chain_name(NET, "ctr1")
     undo = ["-D" + made["ctr1"][0][2:], f"-F {name}", f"-X {name}"]
@@ -418,7 +430,7 @@ def test_gc_removes_the_attachments_that_are_not_valid(
     world.fake.sent()
     gc = {"cniVersion": "1.1.0", "name": NET, "type": "portmap", "backend": world.backend,
           "cni.dev/valid-attachments": [{"containerID": "ctr2", "ifname": "eth0"}]}  # fmt: skip
-    assert world.kernel.run("portmap", "GC", gc, netns="") == (0, None)
+    assert world.kernel.run("portmap", "GC", gc, netns="", kernel=world.fake) == (0, None)
     assert world.records() == [f"{Attachment(NET, 'ctr2', 'eth0').tag}.json"]
     swept = world.fake.dump()
     assert world.fake.sent().endswith(FLUSH)
@@ -428,7 +440,7 @@ def test_gc_removes_the_attachments_that_are_not_valid(
     assert swept == elsewhere.fake.dump()
     owner = tag if world.backend == "nftables" else chain
     assert owner("ctr1") not in swept and owner("ctr2") in swept
-    assert world.kernel.run("portmap", "GC", gc, netns="") == (0, None)
+    assert world.kernel.run("portmap", "GC", gc, netns="", kernel=world.fake) == (0, None)
     assert world.fake.sent() == ""  # nothing left to sweep
 
 
@@ -453,16 +465,19 @@ def test_iptables_chain_is_gos_and_a_second_attachment_gets_its_own(ipt_world: W
     conf = w.conf(ip="10.88.0.7", mappings=[{"hostPort": 9090, "containerPort": 90}])
     conf["prevResult"]["interfaces"][0]["name"] = "net1"
     net1 = Attachment(NET, "ctr1", "net1")
-    assert w.kernel.run("portmap", "ADD", conf, netns=w.netns, ifname="net1")[0] == 0
+    assert w.kernel.run("portmap", "ADD", conf, netns=w.netns, ifname="net1", kernel=w.fake)[0] == 0
     second = xtables.second_chain_name(net1)
     dump = w.fake.dump()
     assert second != go and f":{second}\n" in dump and f":{go}\n" in dump
-    assert w.kernel.run("portmap", "ADD", conf, netns=w.netns, ifname="net1")[0] == 0
+    assert w.kernel.run("portmap", "ADD", conf, netns=w.netns, ifname="net1", kernel=w.fake)[0] == 0
     assert w.fake.dump() == dump  # a repeated ADD keeps its name
     (w.state / "portmap" / f"{net1.tag}.json").unlink()
     w.fake.sent()
 
-    assert w.kernel.run("portmap", "DEL", conf, netns=w.netns, ifname="net1") == (0, None)
+    assert w.kernel.run("portmap", "DEL", conf, netns=w.netns, ifname="net1", kernel=w.fake) == (
+        0,
+        None,
+    )
 
     dump = w.fake.dump()
     assert f":{second}\n" not in dump and f":{go}\n" in dump and "9090" not in dump
@@ -502,7 +517,7 @@ def test_iptables_del_and_gc_remove_what_the_former_naming_made(ipt_world: World
     assert old1 not in w.fake.dump() and old2 in w.fake.dump()
     gc = {"cniVersion": "1.1.0", "name": NET, "type": "portmap", "backend": "iptables",
           "cni.dev/valid-attachments": [{"containerID": "other", "ifname": "eth0"}]}  # fmt: skip
-    assert w.kernel.run("portmap", "GC", gc, netns="") == (0, None)
+    assert w.kernel.run("portmap", "GC", gc, netns="", kernel=w.fake) == (0, None)
 
     dump = w.fake.dump()
     assert old2 not in dump and old3 not in dump and kept in dump and "5304" in dump

@@ -431,7 +431,7 @@ def test_gc_of_a_mix_sweeps_stale_and_stateless_attachments_only(dual: Dual) -> 
     dual.fake.sent()
     gc = {"cniVersion": "1.1.0", "name": NET, "type": "portmap", "backend": dual.backend,
           "cni.dev/valid-attachments": [{"containerID": "keep", "ifname": "eth0"}]}  # fmt: skip
-    assert dual.kernel.run("portmap", "GC", gc, netns="") == (0, None)
+    assert dual.kernel.run("portmap", "GC", gc, netns="", kernel=dual.fake) == (0, None)
     gone = ("gone1", "gone2", "lost")
     if dual.backend == "nftables":
         assert dual.fake.sent() == sent("nft", [
@@ -461,7 +461,7 @@ def test_gc_of_a_mix_sweeps_stale_and_stateless_attachments_only(dual: Dual) -> 
         f"{Attachment(NET, 'keep', 'eth0').tag}.json",
         f"{Attachment('othernet', 'other', 'eth0').tag}.json",
     }
-    assert dual.kernel.run("portmap", "GC", gc, netns="") == (0, None)
+    assert dual.kernel.run("portmap", "GC", gc, netns="", kernel=dual.fake) == (0, None)
     assert dual.fake.sent() == ""  # nothing left to sweep
 
 
@@ -470,7 +470,7 @@ def test_gc_with_no_valid_attachment_left_undoes_the_last_one_as_del_does(dual: 
     dual.fake.sent()
     gc = {"cniVersion": "1.1.0", "name": NET, "type": "portmap", "backend": dual.backend,
           "cni.dev/valid-attachments": []}  # fmt: skip
-    assert dual.kernel.run("portmap", "GC", gc, netns="") == (0, None)
+    assert dual.kernel.run("portmap", "GC", gc, netns="", kernel=dual.fake) == (0, None)
     if dual.backend == "nftables":
         assert dual.fake.sent() == f"nft: delete table {T}\n" + FLUSH_BOTH
         assert dual.fake.dump() == LOCALNET_ON

@@ -90,11 +90,12 @@ NOT_FOR = {
 # Modules imported beyond the bare launcher's, per plugin and verb (Python 3.11, pyroute2
 # 0.9.7). Raise one only for an import the verb really needs. Where
 # the counts go: VERSION is the plugin, skel, jsontext, versions and errors (not even
-# os); portmap with nftables adds its own modules (portmap.libnftables, the one binding
-# of libnftables, among them), os, ipaddress, ctypes and contextlib; iptables adds
-# portmap.xtables, which runs iptables-restore/-save through posix_spawn (no subprocess
-# module), and portmap.netlink with common.rtnl (the one netlink transport, builtin
-# modules only, ~0.4 ms) for the UDP conntrack flush; tuning adds pyroute2's link
+# os); portmap with nftables adds its own modules (portmap.kernel, its kernel ports,
+# and portmap.libnftables, the one binding of libnftables, among them), the attachment
+# engine, os, ipaddress, ctypes and contextlib; iptables adds portmap.xtables, which
+# runs iptables-restore/-save through posix_spawn (no subprocess module), and
+# common.rtnl (the one netlink transport, builtin modules only) for the UDP conntrack
+# flush; tuning adds pyroute2's link
 # messages (~70 with what pyroute2 imports: typing, logging, threading, multiprocessing,
 # platform, re); bandwidth adds the tc modules of the kinds it sends and reads (tbf,
 # ingress, u32 with its actions: ~20 more), not pyroute2's whole tcmsg package.
@@ -107,7 +108,7 @@ BUDGET = {
     ("portmap-nftables", "DEL"): 52,  # no plan (nor ipaddress) when the state file says
     ("portmap-iptables", "ADD"): 52,
     ("portmap-iptables", "CHECK"): 51,
-    ("portmap-iptables", "DEL"): 50,
+    ("portmap-iptables", "DEL"): 49,
     ("bandwidth", "ADD"): 140,
     ("bandwidth", "CHECK"): 139,
     ("bandwidth", "DEL"): 137,

@@ -121,9 +121,11 @@ class FakeKernel:
         return link
 
     def run(self, plugin: str, command: str, conf: dict[str, Any], *, netns: str,
-            container_id: str = "ctr1", ifname: str = "eth0") -> tuple[int, Any]:  # fmt: skip
+            container_id: str = "ctr1", ifname: str = "eth0",
+            kernel: Any = None) -> tuple[int, Any]:  # fmt: skip
         """Run one verb through common.skel in this process, as the plugin's executable
-        would: (exit code, the JSON it printed or None)."""
+        would: (exit code, the JSON it printed or None). `kernel`: the port to hand the
+        verbs instead of this kernel's (portmap's netfilter, tests/harness/fake_portmap)."""
         from common.skel import Plugin, run
 
         environ = {
@@ -138,7 +140,7 @@ class FakeKernel:
         table = Plugin(plugin)
         stdin = io.BytesIO(json.dumps(conf).encode())
         code = run(table, environ=environ, stdin=stdin, stdout=out, stderr=io.StringIO(),
-                   kernel=self.port(plugin))  # fmt: skip
+                   kernel=kernel or self.port(plugin))  # fmt: skip
         text = out.getvalue().decode()
         return code, json.loads(text) if text.strip() else None
 

@@ -1,24 +1,23 @@
 """A host's netfilter in memory, for running portmap's verbs without root.
 
-portmap reaches the kernel through these seams, and `FakeNetfilter.install` puts this
-module's versions there:
+`FakeNetfilter` is the other implementation of portmap's kernel port
+(`portmap.kernel.Kernel`), handed to the verbs as `FakeKernel.run(..., kernel=)`:
 
-* nftables backend: `portmap.nft.Nft.new_context` (the libnftables context; every nft
-  command portmap sends goes through its `run(text)`). `FakeNft` keeps the one table
-  portmap makes: its sets and maps with their elements (key, comment, data) and its
-  chains with their rules as text. A buffer of several commands is one transaction
-  (all or nothing, as libnftables does); `get element`, `list tables`, `list set` and
-  `list table` answer in libnftables' text format for what portmap asks.
-* iptables backend: `portmap.xtables.run` (every iptables-save, iptables -S and
-  iptables-restore call) plus `xtables.tool`/`xtables.legacy_nat_exists` (which only
-  probe the host's files). `FakeXtables` keeps each (variant, family)'s nat table:
-  chains and rules as `iptables-save -t nat` prints them (matches in its order), and applies
-  `iptables-restore --noflush` transactions (-N -A -I -D -F -X, all or nothing).
-* host extras: `portmap.verbs.read_sysctl`/`write_sysctl` (route_localnet),
-  `portmap.netlink.route_oif_v4` (every container address is behind `cni0`) and
-  `portmap.netlink.flush_udp_conntrack` (recorded, deletes nothing); the Go portmap's
-  nftables table (`portmap.go_takeover`) is absent; `portmap.probe` sees the fake's
-  iptables-nft chains.
+* nftables backend (`FakeNft`, a `portmap.kernel.NftKernel`): its contexts' `run(text)`
+  carry every nft command portmap sends. It keeps the one table portmap makes: its sets
+  and maps with their elements (key, comment, data) and its chains with their rules as
+  text. A buffer of several commands is one transaction (all or nothing, as libnftables
+  does); `get element`, `list tables`, `list set` and `list table` answer in
+  libnftables' text format for what portmap asks. Its netlink look (`has`) sees the
+  iptables-nft chains of `FakeXtables`; the Go portmap's nftables table is absent.
+* iptables backend (`FakeXtables`, a `portmap.kernel.XtablesKernel`): `run` answers every
+  iptables-save, iptables -S and iptables-restore call; the tools are all installed, the
+  host's `iptables` is iptables-nft and there is no legacy nat table. It keeps each
+  (variant, family)'s nat table: chains and rules as `iptables-save -t nat` prints them
+  (matches in its order), and applies `iptables-restore --noflush` transactions (-N -A
+  -I -D -F -X, all or nothing).
+* host extras: route_localnet's sysctl, every container address routed through `cni0`,
+  and the UDP conntrack flush (recorded, deletes nothing).
 
 Tests compare exact text: `dump()` of the model and `sent()`, the changes requested
 since the last call, in order (nft's reads too with `sent(reads=True)`). The root tests
@@ -31,15 +30,17 @@ import copy
 import os
 import re
 import shlex
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
-import pytest
-
-from portmap import netlink, nft, probe, verbs, xtables
+from portmap.kernel import Kernel, NftKernel, XtablesKernel
 
 TABLE = "cni_meta_portmap"
 ROUTE_LOCALNET = "/proc/sys/net/ipv4/conf/cni0/route_localnet"
+
+
+def _nothing() -> None:
+    pass
 
 
 class NftError(Exception):
@@ -54,16 +55,25 @@ ENOENT, EEXIST, EBUSY = "No such file or directory", "File exists", "Device or r
 # ---------------------------------------------------------------------------- nftables
 
 
-class FakeNft:
+class FakeNft(NftKernel):
     """The table `inet cni_meta_portmap` (None: absent)."""
 
-    def __init__(self, record: list[str]) -> None:
+    def __init__(self, record: list[str], xtables: FakeXtables) -> None:
         self.record = record
+        self.xtables = xtables
         self.table: dict[str, Any] | None = None
+        self.before_change: Callable[[], None] = _nothing  # what a test looks at then
 
-    # what portmap.nft.Nft sees as its context
-    def context(self) -> FakeNftContext:
+    def usable(self) -> bool:
+        return True
+
+    def context(self) -> Any:
         return FakeNftContext(self)
+
+    def has(self, family: int, table: str, chain: str | None = None) -> bool:
+        """The iptables-nft chains are the fake's; Go's nftables table is never there."""
+        tables = self.xtables.tables
+        return table == "nat" and chain is not None and chain in tables.get(("nft", family), {})
 
     def run(self, text: str) -> tuple[int, str, str]:
         lines = [line.strip() for line in text.splitlines() if line.strip()]
@@ -75,6 +85,7 @@ class FakeNft:
             except NftError as e:
                 self.record.append(f"nft read: {lines[0]} -> {e.reason}")
                 return 1, "", f"Error: Could not process rule: {e.reason}\n{lines[0]}\n"
+        self.before_change()
         saved = copy.deepcopy(self.table)
         for line in lines:
             try:
@@ -274,12 +285,22 @@ def _target(rule: str) -> str:
     return words[words.index("-j") + 1] if "-j" in words else ""
 
 
-class FakeXtables:
+class FakeXtables(XtablesKernel):
     """Each (variant, family)'s nat table: {chain: [rule lines as iptables-save prints]}."""
 
     def __init__(self, record: list[str]) -> None:
         self.record = record
         self.tables: dict[tuple[str, int], dict[str, list[str]]] = {}
+        self.before_change: Callable[[], None] = _nothing  # what a test looks at then
+
+    def tool(self, variant: str, family: int, kind: str) -> str:
+        return f"/fake/{'ip6tables' if family == 6 else 'iptables'}-{variant}-{kind}"
+
+    def host_variant(self) -> str:
+        return "nft"
+
+    def legacy_nat_exists(self, family: int) -> bool:
+        return False
 
     def table(self, variant: str, family: int) -> dict[str, list[str]]:
         return self.tables.setdefault((variant, family), {c: [] for c in BUILTIN_CHAINS})
@@ -320,6 +341,7 @@ class FakeXtables:
                 if not self._apply(table, shlex.split(x), family)
             ]
             return (1, f"iptables-restore: line {bad[0]} failed\n") if bad else (0, "")
+        self.before_change()
         table = copy.deepcopy(self.table(variant, family))
         for number, line in enumerate(lines[1:-1], start=2):
             if not self._apply(table, shlex.split(line), family):
@@ -377,42 +399,31 @@ class FakeXtables:
 # ---------------------------------------------------------------------------- the host
 
 
-class FakeNetfilter:
+class FakeNetfilter(Kernel):
+    nft: FakeNft
+    xtables: FakeXtables
+
     def __init__(self) -> None:
         self.requests: list[str] = []
-        self.nft = FakeNft(self.requests)
         self.xtables = FakeXtables(self.requests)
+        self.nft = FakeNft(self.requests, self.xtables)
+        self.xtables.nft = self.nft
         self.sysctls = {ROUTE_LOCALNET: "0"}
 
-    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        monkeypatch.setattr(nft.Nft, "new_context", staticmethod(self.nft.context))
-        monkeypatch.setattr(xtables, "run", self.xtables.run)
-        monkeypatch.setattr(xtables, "tool", lambda v, f, k: f"/fake/{_tool_name(v, f, k)}")
-        monkeypatch.setattr(xtables, "legacy_nat_exists", lambda family: False)
-        monkeypatch.setenv(xtables.VARIANT_ENV, "nft")
-        monkeypatch.setattr(verbs, "read_sysctl", self._read_sysctl)
-        monkeypatch.setattr(verbs, "write_sysctl", self._write_sysctl)
-        monkeypatch.setattr(netlink, "route_oif_v4", lambda ip: "cni0")
-        monkeypatch.setattr(netlink, "flush_udp_conntrack", self._flush)
-        monkeypatch.setattr(probe, "nft_has", self._nft_has)
-        monkeypatch.setattr(probe, "legacy_may_have", lambda *a: False)
+    def route_oif_v4(self, ip: str) -> str | None:
+        return "cni0"
 
-    def _nft_has(self, family: int, table: str, chain: str | None = None) -> bool:
-        """The iptables-nft chains are the fake's; Go's nftables table is never there."""
-        tables = self.xtables.tables
-        return table == "nat" and chain is not None and chain in tables.get(("nft", family), {})
-
-    def _read_sysctl(self, path: str) -> str:
+    def read_sysctl(self, path: str) -> str:
         if path not in self.sysctls:
             raise FileNotFoundError(2, "No such file or directory", path)
         return self.sysctls[path] + "\n"
 
-    def _write_sysctl(self, path: str, value: str) -> None:
-        self._read_sysctl(path)
+    def write_sysctl(self, path: str, value: str) -> None:
+        self.read_sysctl(path)
         self.requests.append(f"sysctl {path} = {value}")
         self.sysctls[path] = value
 
-    def _flush(self, family: int, targets: Any) -> int:
+    def flush_udp_conntrack(self, family: int, targets: Iterable[tuple[str | None, int]]) -> int:
         ports = ", ".join(f"{ip or '*'}:{port}" for ip, port in targets)
         self.requests.append(f"conntrack: flush IPv{family} UDP to {ports}")
         return 0
@@ -426,7 +437,3 @@ class FakeNetfilter:
         out = [r for r in self.requests if reads or not r.startswith("nft read: ")]
         self.requests.clear()
         return "".join(line + "\n" for line in out)
-
-
-def _tool_name(variant: str, family: int, kind: str) -> str:
-    return f"{'ip6tables' if family == 6 else 'iptables'}-{variant}-{kind}"

@@ -1,0 +1,260 @@
+"""portmap's kernel ports: everything the verbs ask of the host, one port per backend and
+one for the extras both need. The verbs are handed a `Kernel` (tests hand them a model
+of netfilter with the same methods, tests/harness/fake_portmap.py); these are the real
+ones. Each opens what it needs on first use only: libnftables is not loaded by the
+iptables backend, nor a netlink socket by a call that asks nothing through one. The
+netlink questions need no pyroute2: their few messages are built here and travel on
+common.rtnl's NetlinkSocket.
+"""
+
+from __future__ import annotations
+
+import _socket  # not socket: that imports selectors and enum
+import os
+import struct
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from portmap.libnftables import Context
+
+# The only directories an iptables tool is run from (absolute, root's own), never PATH:
+# runtimes exec plugins with all sorts of PATHs (or none, or relative entries).
+TOOL_DIRS = ("/usr/sbin", "/sbin", "/usr/bin", "/bin", "/usr/local/sbin", "/usr/local/bin")
+_NFT_SUBSYS = 10 << 8
+_MSG_GETTABLE, _MSG_GETCHAIN = 1, 4
+_LEGACY_NAMES = {4: "/proc/net/ip_tables_names", 6: "/proc/net/ip6_tables_names"}
+
+
+class NftKernel:
+    """The nftables backend's port: libnftables contexts, and a look at a table or chain
+    through nfnetlink that needs no library."""
+
+    def usable(self) -> bool:
+        """Whether libnftables loads here (the kernel's side is proven by the first
+        transaction)."""
+        from portmap import libnftables
+
+        try:
+            libnftables.load()
+        except OSError:
+            return False
+        return True
+
+    def context(self) -> Context:
+        """A libnftables context in this netns; OSError when the library is missing."""
+        from portmap.libnftables import Context
+
+        return Context()
+
+    def has(self, family: int, table: str, chain: str | None = None) -> bool:
+        """Whether nftables has this table (or this chain of it) in the current netns: one
+        nfnetlink request, answered with the object or with an error."""
+        from common.rtnl import NETLINK_NETFILTER, NetlinkSocket, nla_string
+
+        if chain is None:
+            msg_type, attrs = _MSG_GETTABLE, nla_string(1, table)  # NFTA_TABLE_NAME
+        else:
+            msg_type = _MSG_GETCHAIN
+            # NFTA_CHAIN_TABLE, NFTA_CHAIN_NAME
+            attrs = nla_string(1, table) + nla_string(3, chain)
+        try:
+            with NetlinkSocket(NETLINK_NETFILTER) as nl:
+                nl.call(_NFT_SUBSYS | msg_type, 0, nfgenmsg(family) + attrs)
+        except OSError:  # ENOENT: not there; no nf_tables here: nothing of ours in it either
+            return False
+        return True
+
+
+class XtablesKernel:
+    """The iptables backend's port: the iptables tools of either variant, and cheap looks
+    at the nat tables that run no tool."""
+
+    def __init__(self, nft: NftKernel) -> None:
+        self.nft = nft
+
+    def tool(self, variant: str, family: int, kind: str) -> str | None:
+        """Path of e.g. ip6tables-nft-save; None when it is not installed."""
+        name = f"{'ip6tables' if family == 6 else 'iptables'}-{variant}-{kind}"
+        for d in TOOL_DIRS:
+            path = os.path.join(d, name)
+            if os.access(path, os.X_OK):
+                return path
+        return None
+
+    def run(self, argv: list[str], data: bytes = b"") -> tuple[int, str]:
+        """Run argv with `data` on its stdin; (exit status, its stdout and stderr).
+
+        posix_spawn and pipes, not subprocess (its imports would be paid on every call).
+        stdin is written whole first: iptables-restore reads all of it before it answers,
+        and the save tools read none. stdout and stderr share one pipe, so neither can
+        fill up while the other is read.
+        """
+        out_r, out_w = os.pipe()
+        in_r, in_w = os.pipe() if data else (os.open(os.devnull, os.O_RDONLY), -1)
+        actions = [
+            (os.POSIX_SPAWN_DUP2, in_r, 0),
+            (os.POSIX_SPAWN_DUP2, out_w, 1),
+            (os.POSIX_SPAWN_DUP2, out_w, 2),
+        ]
+        env = {"PATH": ":".join(TOOL_DIRS), "LC_ALL": "C"}
+        if "XTABLES_LOCKFILE" in os.environ:
+            env["XTABLES_LOCKFILE"] = os.environ["XTABLES_LOCKFILE"]
+        try:
+            pid = os.posix_spawn(argv[0], argv, env, file_actions=actions)
+        finally:
+            for fd in (in_r, out_w):
+                os.close(fd)
+        if in_w >= 0:
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(in_w, view) :]
+            except BrokenPipeError:
+                pass  # it stopped reading (a parse error): its message says why
+            finally:
+                os.close(in_w)
+        with os.fdopen(out_r, "rb") as f:
+            out = f.read()
+        _, status = os.waitpid(pid, 0)
+        return os.waitstatus_to_exitcode(status), out.decode(errors="replace")
+
+    def host_variant(self) -> str:
+        """The variant of the host's `iptables` command (Debian/RHEL alternatives).
+
+        Looked up in TOOL_DIRS only, never in PATH: PATH is whatever the runtime had, and
+        an entry in it that is relative (or empty: the working directory) or writable by
+        others would make root run the `iptables` it names."""
+        for d in TOOL_DIRS:
+            path = os.path.join(d, "iptables")
+            if not os.access(path, os.X_OK):
+                continue
+            real = os.path.basename(os.path.realpath(path))
+            for variant in ("nft", "legacy"):
+                if variant in real:
+                    return variant
+            _, out = self.run([path, "-V"])
+            return "legacy" if "legacy" in out else "nft"
+        return "nft"
+
+    def legacy_nat_exists(self, family: int) -> bool:
+        """Whether the legacy nat table of `family` exists. Its rules can only be read
+        through a raw IP socket (what iptables-legacy-save does), and asking a legacy tool
+        for a missing table creates it: where it exists, the tools look."""
+        try:
+            with open(_LEGACY_NAMES[family]) as f:
+                return "nat" in f.read().split()
+        except OSError:
+            return False
+
+    def may_have(self, variant: str, family: int, chain: str) -> bool:
+        """Whether that variant's nat table may hold `chain`, without running a tool
+        (False for sure; True may still find nothing)."""
+        if variant == "nft":
+            return self.nft.has(family, "nat", chain)
+        return self.legacy_nat_exists(family)
+
+
+# ---------------------------------------------------------------------------- netlink
+
+# linux/netfilter/nfnetlink.h, nfnetlink_conntrack.h
+NFNL_SUBSYS_CTNETLINK = 1
+IPCTNL_MSG_CT_GET, IPCTNL_MSG_CT_DELETE = 1, 2
+CTA_TUPLE_ORIG, CTA_ZONE = 1, 18  # in a conntrack entry
+CTA_TUPLE_IP, CTA_TUPLE_PROTO = 1, 2  # in CTA_TUPLE_ORIG
+CTA_IP_V4_DST, CTA_IP_V6_DST = 2, 4  # in CTA_TUPLE_IP
+CTA_PROTO_NUM, CTA_PROTO_DST_PORT = 1, 3  # in CTA_TUPLE_PROTO
+IPPROTO_UDP = 17
+
+
+def nfgenmsg(family: int) -> bytes:
+    """The nfnetlink header of a request about IPv4 or IPv6 (4/6): AF_INET or AF_INET6
+    (NFPROTO_IPV4/IPV6 are the same numbers), version 0, res_id 0."""
+    return struct.pack("=BBH", _socket.AF_INET6 if family == 6 else _socket.AF_INET, 0, 0)
+
+
+def _udp_destination(payload: bytes) -> tuple[bytes, bytes, int, bytes] | None:
+    """(raw CTA_TUPLE_ORIG, raw CTA_ZONE, original destination port and address) of one
+    conntrack entry, None unless it is UDP."""
+    from common.rtnl import nlas
+
+    entry = dict(nlas(payload[4:]))
+    tuple_raw = entry.get(CTA_TUPLE_ORIG, b"")
+    orig = dict(nlas(tuple_raw))
+    proto = dict(nlas(orig.get(CTA_TUPLE_PROTO, b"")))
+    if proto.get(CTA_PROTO_NUM, b"\0")[0] != IPPROTO_UDP:
+        return None
+    (port,) = struct.unpack("!H", proto.get(CTA_PROTO_DST_PORT, b"\0\0")[:2])
+    ip = dict(nlas(orig.get(CTA_TUPLE_IP, b"")))
+    addr = ip.get(CTA_IP_V4_DST) or ip.get(CTA_IP_V6_DST) or b""
+    return tuple_raw, entry.get(CTA_ZONE, b""), port, addr
+
+
+class Kernel:
+    """The host as portmap's verbs reach it: the backends' ports, route_localnet on the
+    interface toward a container, and the UDP conntrack flush."""
+
+    def __init__(self) -> None:
+        self.nft = NftKernel()
+        self.xtables = XtablesKernel(self.nft)
+
+    def route_oif_v4(self, ip: str) -> str | None:
+        """The interface the host routes a container address through (the bridge), whose
+        route_localnet must be on for 127.0.0.1 to be forwarded: the longest-prefix IPv4 route
+        of the main table, from /proc/net/route (no socket module to import on the ADD path)."""
+        target = sum(int(b) << (8 * i) for i, b in enumerate(ip.split(".")))  # little-endian
+        try:
+            with open("/proc/net/route") as f:
+                rows = [line.split() for line in f.read().splitlines()[1:]]
+        except OSError:
+            return None
+        # columns: Iface Destination Gateway Flags RefCnt Use Metric Mask ...
+        routes = [r for r in rows if len(r) >= 8 and target & int(r[7], 16) == int(r[1], 16)]
+        best = max(routes, key=lambda r: (int(r[7], 16).bit_count(), -int(r[6])), default=None)
+        return best[0] if best else None
+
+    def read_sysctl(self, path: str) -> str:
+        from common.netns import read_sysctl
+
+        return read_sysctl(path)
+
+    def write_sysctl(self, path: str, value: str) -> None:
+        from common.netns import write_sysctl
+
+        write_sysctl(path, value)
+
+    def flush_udp_conntrack(self, family: int, targets: Iterable[tuple[str | None, int]]) -> int:
+        """Delete UDP conntrack entries of `family` (4/6) whose original destination port is a
+        target port (and, when the target has a host address, whose destination is it), so
+        that old flows stop going to a previous container. Returns how many were deleted."""
+        from common import rtnl
+
+        wanted: dict[int, set[bytes | None]] = {}
+        af = _socket.AF_INET6 if family == 6 else _socket.AF_INET
+        for host_ip, port in targets:
+            wanted.setdefault(port, set()).add(_socket.inet_pton(af, host_ip) if host_ip else None)
+        if not wanted:
+            return 0
+        doomed: list[tuple[bytes, bytes]] = []
+        get = (NFNL_SUBSYS_CTNETLINK << 8) | IPCTNL_MSG_CT_GET
+        delete = (NFNL_SUBSYS_CTNETLINK << 8) | IPCTNL_MSG_CT_DELETE
+        with rtnl.NetlinkSocket(rtnl.NETLINK_NETFILTER) as nl:
+            for reply in nl.request(get, rtnl.NLM_F_DUMP, nfgenmsg(family)):
+                entry = _udp_destination(reply[rtnl.NLMSG_HDRLEN :])
+                if entry is None:
+                    continue
+                tuple_raw, zone, port, addr = entry
+                if port in wanted and wanted[port] & {None, addr}:
+                    doomed.append((tuple_raw, zone))
+            deleted = 0
+            for tuple_raw, zone in doomed:
+                body = rtnl.nla(CTA_TUPLE_ORIG | rtnl.NLA_F_NESTED, tuple_raw)
+                if zone:
+                    body += rtnl.nla(CTA_ZONE, zone)
+                try:
+                    nl.call(delete, 0, nfgenmsg(family) + body)
+                    deleted += 1
+                except rtnl.NetlinkError:
+                    pass  # gone already (expired or deleted by someone else): fine
+        return deleted
