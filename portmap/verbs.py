@@ -25,10 +25,10 @@ if TYPE_CHECKING:
     from common.log import Log
     from common.result import Result
     from common.skel import Request
-    from portmap.kernel import Kernel
-    from portmap.plan import Plan, UdpTargets
     from common.state import AttachmentStore, Stamps
     from portmap.config import Attachment
+    from portmap.kernel import Kernel
+    from portmap.plan import Plan, UdpTargets
     from portmap.state import Recorded
 
     class Backend(Protocol):
