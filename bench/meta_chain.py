@@ -189,7 +189,7 @@ def report(impls: list[Impl], rounds: int) -> str:
         "round; medians of each call and of the per-round sum of the six meta-plugin "
         "processes (bridge and netns set-up untimed). Each call is one exec through "
         "bench/spawn.c from inside a throwaway host netns (setns, no `ip netns exec`). "
-        "Target: at most 1.0x Go's.",
+        "Target: at most 1.5x Go's (wall time of the chain).",
     )
     text += markdown_table(("call", "Go ms", *cols), [*rows, cpu_row])
     text += "\n\n## Peak RSS (largest ru_maxrss of the plugin's ADD and DEL processes)\n\n"
