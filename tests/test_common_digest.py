@@ -1,6 +1,6 @@
 """common.digest: the same digests as hashlib, without loading OpenSSL into a plugin.
 
-hashlib's import loads OpenSSL's _hashlib (~5 ms and ~3.5 MiB per process, measured);
+hashlib's import loads OpenSSL's _hashlib (time and memory in every process);
 every name the plugins derive from a hash (portmap tags and chains, nft lanes, bandwidth's
 ifb, tuning's long backup file names) goes through common.digest instead.
 """

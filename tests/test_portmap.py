@@ -361,7 +361,7 @@ def test_gc_removes_every_mapping_of_attachments_no_longer_valid(lab: Lab, backe
 def test_iptables_status_reads_no_table(lab: Lab) -> None:
     """A runtime polls STATUS every few seconds: the iptables backend checks that the
     tools of the host's variant are there, and neither loads libnftables nor saves a
-    table (at 1,000 attachments one iptables-nft-save costs ~60 ms)."""
+    table (one iptables-save grows with the attachments)."""
     from common.log import Log
     from common.state import AttachmentStore
     from portmap import xtables

@@ -593,8 +593,9 @@ def measured(attached: Attached, plugin: str, command: str, stdin: bytes) -> Mea
 
 # A child's ru_maxrss includes the resident size of the process it was forked from (exec
 # folds the old address space's high-water mark in), and pytest is hundreds of MB by the
-# end of a session. This small wrapper forks the plugin from its own ~10 MB, waits for
-# it and reports the plugin's ru_maxrss (KiB) on stderr; the plugin's stderr is dropped.
+# end of a session. This small wrapper forks the plugin from a small process of its own,
+# waits for it and reports the plugin's ru_maxrss (KiB) on stderr; the plugin's stderr is
+# dropped.
 RSS_WRAPPER = """
 import os, sys
 pid = os.fork()

@@ -4,9 +4,9 @@ without a clock.
 Each verb runs in a fresh `python -IS -X importtime` process started the way
 deploy/install.sh's launcher starts it (our packages and the venv's site-packages on
 sys.path, no site.py), and that process writes sorted(sys.modules) when it
-exits. A verb fails here when our code imports a module known to be heavy (5-15 ms each
-on a 2-core node, or a whole subsystem it has no use for), or when it imports more modules
-than its recorded budget (counted beyond what the bare launcher has). A new import on a
+exits. A verb fails here when our code imports a module known to be heavy (milliseconds
+each on a small node, or a whole subsystem it has no use for), or when it imports more
+modules than its recorded budget (counted beyond what the bare launcher has). A new import on a
 call path is then a conscious decision: raise the budget below in the same commit, saying
 why.
 

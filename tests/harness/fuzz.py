@@ -611,7 +611,7 @@ def tuning_keys(draw: st.DrawFn) -> dict[str, Any]:
     settings: dict[str, Any] = {}
     if draw(st.booleans()):
         settings["sysctl"] = draw(sysctl_objects())
-    # Link attributes cost ~0.1 s per call (pyroute2): about one config in four sets one.
+    # Link attributes make a call slower (pyroute2): about one config in four sets one.
     if draw(st.integers(0, 3)) == 0:
         for key, strategy in (
             ("mac", mac_addresses()),
