@@ -174,7 +174,8 @@ def masq_chain(family: int, prefix: int) -> str:
 
 
 def masq_chain_text(family: int, prefix: int) -> list[str]:
-    """Idempotent: (re)written in full by every ADD that needs it."""
+    """Idempotent: (re)written in full by every careful ADD that needs it (the fast one
+    relies on it being there: its `goto` elements fail without it)."""
     chain = masq_chain(family, prefix)
     ipx = IPX[family]
     mask = prefix_mask(family, prefix)
@@ -466,11 +467,15 @@ class NftBackend:
             # not for a write. The record says what we own, and deleting our proof of
             # ownership with it (OWNERS) makes sure it still is; if anything is off (no
             # table yet, a new lane, an element gone or another's, a conflict), the write
-            # fails as a whole and the careful path below reads and repairs.
+            # fails as a whole and the careful path below reads and repairs. The masq
+            # chains are left out here: a `goto` element fails the same way while its
+            # chain is missing, and rewriting one that is there (flush and add rules)
+            # would make the kernel free the old rules after an RCU grace period, which
+            # the process waits for when its netlink socket closes.
             fast = recorded is None or recorded.committed
             if fast and proves_ownership(previous, att):
                 change.intend(self._record(att, [*previous, *wanted]))
-                lines = [*delete_text(previous), *masq, *add_text(wanted, att.comment)]
+                lines = [*delete_text(previous), *add_text(wanted, att.comment)]
                 if nft.run("\n".join(lines))[0] == 0:
                     change.confirm(self._record(att, wanted))
                     return
