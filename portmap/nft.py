@@ -431,6 +431,13 @@ def recorded_elements(recorded: state.Recorded | None) -> list[Element] | None:
     return [e for e in elements if is_plain(e)]
 
 
+def record_of(att: Attachment, elements: Iterable[Element]) -> state.Recorded:
+    """The attachment's record saying that `elements` are its own."""
+    objects = [[name, key] for name, key in sorted({(e.set, e.key) for e in elements})]
+    owner = (att.network, att.container_id, att.ifname)
+    return state.Recorded(*owner, backend=NAME, objects=objects)
+
+
 class NftBackend:
     name = NAME
 
@@ -444,11 +451,6 @@ class NftBackend:
 
     def owns(self, recorded: state.Recorded | None) -> bool:
         return recorded is not None and recorded.backend == NAME
-
-    def _record(self, att: Attachment, elements: Iterable[Element]) -> state.Recorded:
-        objects = [[name, key] for name, key in sorted({(e.set, e.key) for e in elements})]
-        owner = (att.network, att.container_id, att.ifname)
-        return state.Recorded(*owner, backend=NAME, objects=objects)
 
     # -- ADD ---------------------------------------------------------------------------
 
@@ -474,20 +476,20 @@ class NftBackend:
             # the process waits for when its netlink socket closes.
             fast = recorded is None or recorded.committed
             if fast and proves_ownership(previous, att):
-                change.intend(self._record(att, [*previous, *wanted]))
+                change.intend(record_of(att, [*previous, *wanted]))
                 lines = [*delete_text(previous), *add_text(wanted, att.comment)]
                 if nft.run("\n".join(lines))[0] == 0:
-                    change.confirm(self._record(att, wanted))
+                    change.confirm(record_of(att, wanted))
                     return
             mine = _owned(nft, previous, att.tag)
-            change.found(self._record(att, mine) if mine else None)
+            change.found(record_of(att, mine) if mine else None)
             setup = self._missing_setup(nft, plan)
-            change.intend(self._record(att, [*mine, *wanted]))
+            change.intend(record_of(att, [*mine, *wanted]))
             for _attempt in range(2):
                 lines = [*setup, *delete_text(mine), *masq, *add_text(wanted, att.comment)]
                 rc, _, err = nft.run("\n".join(lines))
                 if rc == 0:
-                    change.confirm(self._record(att, wanted))
+                    change.confirm(record_of(att, wanted))
                     return
                 # Our own leftovers the record did not know of (it was lost): remove them
                 # too and try once more. Anybody else's: a conflict, named.
@@ -495,7 +497,7 @@ class NftBackend:
                 if not stale:
                     break
                 mine = sorted(set(mine) | set(stale))
-                change.found(self._record(att, mine))
+                change.found(record_of(att, mine))
             raise CniError(KERNEL_FAILURE, "nftables refused the port mappings", first_error(err))
 
     def _missing_setup(self, nft: Nft, plan: Plan) -> list[str]:
