@@ -121,8 +121,7 @@ def ipt_rules(n: int, go_style: bool) -> str:
         out.append(f":{chain} - [0:0]")
         body += [
             jump,
-            f"-A {chain} -s {ctr_subnet(i)} -p tcp -m tcp --dport {port} "
-            "-j CNI-HOSTPORT-SETMARK",
+            f"-A {chain} -s {ctr_subnet(i)} -p tcp -m tcp --dport {port} -j CNI-HOSTPORT-SETMARK",
             f"-A {chain} -s 127.0.0.1/32 -p tcp -m tcp --dport {port} -j CNI-HOSTPORT-SETMARK",
             f"-A {chain} -p tcp -m tcp --dport {port} -j DNAT --to-destination {ip}:80",
         ]
