@@ -340,6 +340,14 @@ class StateDir:
             [] if dir_fd is None else sorted(n for n in os.listdir(dir_fd) if n.endswith(".json"))
         )
 
+    def holds_other_than(self, name: str) -> bool:
+        """Whether a record other than `name` is here; reads only up to the first one."""
+        dir_fd = self._open()
+        if dir_fd is None:
+            return False
+        with os.scandir(dir_fd) as entries:
+            return any(e.name.endswith(".json") and e.name != name for e in entries)
+
     def lock(self, name: str = "", timeout: float | None = None) -> AbstractContextManager[None]:
         """An exclusive lock between plugin processes, taken when the `with` block is
         entered; error 11 when it stays taken.

@@ -603,8 +603,7 @@ class NftBackend:
     def _last_owner(self, nft: Nft, att: Attachment) -> bool:
         """Whether `att` owns every claim in the table (so the table can go with it).
         Cheap in the common case: other attachments' state files answer 'no' at once."""
-        own = self.sd.file_of(att)
-        if any(n != own for n in self.sd.names()):
+        if self.sd.holds_other_than(self.sd.file_of(att)):
             return False
         for family in (4, 6):
             rc, out, _ = nft.run(f"list set {T} claims{family}")
