@@ -16,9 +16,16 @@ from pathlib import Path
 from typing import Any
 
 from bench.util import GO_BIN, SYSTEM_PATH, Spawner, build_spawner, our_plugins, rotated
+from common.config import parse_netconf
 from common.netns import entered
+from common.result import Result
+from common.state import AttachmentStore
+from portmap import config as cfg
+from portmap import nft
 from portmap.config import Attachment
 from portmap.nft import T, skeleton_text
+from portmap.plan import make_plan
+from portmap.state import Recorded
 from portmap.xtables import go_chain_name
 
 NETWORK = "benchnet"
@@ -32,7 +39,14 @@ def sh(*argv: str, stdin: str | None = None) -> str:
 
 
 def ctr_ip(i: int) -> str:
-    return f"10.{100 + i // 65536}.{(i // 256) % 256}.{i % 256 or 1}"
+    """Attachment i's container address in 10.100.0.0/16 (then 10.101.0.0/16...): one of
+    its own, as a runtime's IPAM would give (never the network address)."""
+    n = i + 1
+    return f"10.{100 + n // 65536}.{(n // 256) % 256}.{n % 256}"
+
+
+def ctr_subnet(i: int) -> str:
+    return f"10.{100 + (i + 1) // 65536}.0.0/16"
 
 
 def conf(i: int, backend: str | None) -> dict[str, Any]:
@@ -58,24 +72,28 @@ def conf(i: int, backend: str | None) -> dict[str, Any]:
 
 
 def fill_nft(ns: str, n: int, state_root: Path) -> None:
-    lines = skeleton_text()
-    lines += [f"add chain {T} masq4-p16", f"flush chain {T} masq4-p16"]
-    (state_root / "portmap").mkdir(parents=True, exist_ok=True)
-    claims, anys, masq, hairpin = [], [], [], []
+    """N attachments exactly as our nftables backend's ADD leaves them: planned from their
+    configs, their elements (ownership proof included) and masq chains written by the
+    backend's own text functions, their committed records saved through the store."""
+    store = AttachmentStore(str(state_root / "portmap"), Recorded)
+    store.ensure()
+    by_set: dict[str, list[str]] = {}
+    masq: set[tuple[int, int]] = set()
     for i in range(n):
+        raw = conf(i, "nftables")
         att = Attachment(NETWORK, f"fill{i}", "eth0")
-        c = f'comment "{att.comment}"'
-        port, ip = 10000 + i, ctr_ip(i)
-        claims.append(f"0.0.0.0 . tcp . {port} {c}")
-        anys.append(f"tcp . {port} {c} : {ip} . 80")
-        masq.append(f"{ip} {c} : goto masq4-p16")
-        hairpin.append(f"10.{100 + i // 65536}.0.0 . {ip} {c}")
-        objs = [["any4", f"tcp . {port}"], ["claims4", f"0.0.0.0 . tcp . {port}"]]
-        record = {"network": NETWORK, "containerID": f"fill{i}", "ifname": "eth0",
-                  "backend": "nftables", "objects": objs, "committed": True}  # fmt: skip
-        (state_root / "portmap" / f"{att.tag}.json").write_text(json.dumps(record))
-    for name, items in (("claims4", claims), ("any4", anys), ("masq4", masq),
-                        ("hairpin4", hairpin)):  # fmt: skip
+        plan = make_plan(
+            cfg.parse(parse_netconf(raw)), att, Result.from_json(raw["prevResult"], "1.0.0")
+        )
+        elements = nft.plan_elements(plan)
+        masq.update(nft.plan_masq_chains(plan))
+        for e in elements:
+            by_set.setdefault(e.set, []).append(e.text(att.comment))
+        store.save(att, nft.record_of(att, elements).replace(committed=True))
+    lines = skeleton_text()
+    for fp in sorted(masq):
+        lines += nft.masq_chain_text(*fp)
+    for name, items in by_set.items():
         for k in range(0, len(items), 1000):
             lines.append(f"add element {T} {name} {{ {', '.join(items[k : k + 1000])} }}")
     sh("ip", "netns", "exec", ns, "nft", "-f", "-", stdin="\n".join(lines) + "\n")
@@ -103,8 +121,7 @@ def ipt_rules(n: int, go_style: bool) -> str:
         out.append(f":{chain} - [0:0]")
         body += [
             jump,
-            f"-A {chain} -s 10.{100 + i // 65536}.0.0/16 -p tcp -m tcp --dport {port} "
-            "-j CNI-HOSTPORT-SETMARK",
+            f"-A {chain} -s {ctr_subnet(i)} -p tcp -m tcp --dport {port} -j CNI-HOSTPORT-SETMARK",
             f"-A {chain} -s 127.0.0.1/32 -p tcp -m tcp --dport {port} -j CNI-HOSTPORT-SETMARK",
             f"-A {chain} -p tcp -m tcp --dport {port} -j DNAT --to-destination {ip}:80",
         ]

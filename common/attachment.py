@@ -52,13 +52,13 @@ holds for that case too.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 from common.errors import CniError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
+    from contextlib import AbstractContextManager
+    from types import TracebackType
     from typing import Any
 
     from common.gc import AttachmentId
@@ -135,6 +135,43 @@ def _everything(record: Any) -> bool:
     return True
 
 
+class _Adding:
+    """The block of Engine.add. A class rather than a @contextmanager generator:
+    contextlib (with functools and collections) would be imported by every ADD for it."""
+
+    __slots__ = ("_lock", "change", "engine", "owner")
+
+    def __init__(self, engine: Engine, owner: Owner) -> None:
+        self.engine = engine
+        self.owner = owner
+
+    def __enter__(self) -> Change:
+        engine = self.engine
+        lock = engine.store.lock(engine.lock)
+        lock.__enter__()
+        try:
+            self.change = Change(engine.store, self.owner, engine.log)
+        except BaseException as e:
+            lock.__exit__(type(e), e, e.__traceback__)
+            raise
+        self._lock = lock
+        return self.change
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            if isinstance(error, CniError):
+                self.change._failed(error)
+            elif error is None and self.change._intent is not None:
+                self.change.confirm()
+        finally:
+            self._lock.__exit__(kind, error, tb)
+
+
 class Engine:
     """The lifecycle of one plugin's attachments in `store` (see the module docstring)."""
 
@@ -143,17 +180,8 @@ class Engine:
         self.log = log
         self.lock = lock
 
-    @contextmanager
-    def add(self, owner: Owner) -> Iterator[Change]:
-        with self.store.lock(self.lock):
-            change = Change(self.store, owner, self.log)
-            try:
-                yield change
-            except CniError as e:
-                change._failed(e)
-                raise
-            if change._intent is not None:
-                change.confirm()
+    def add(self, owner: Owner) -> AbstractContextManager[Change]:
+        return _Adding(self, owner)
 
     def delete(self, owner: Owner, teardown: Callable[[Any], Any]) -> Any:
         """Tear down what the record says (None: there is no usable one; the plugin finds
@@ -163,7 +191,6 @@ class Engine:
             self.store.forget(owner)
             return result
 
-    @contextmanager
     def collecting(
         self,
         network: str,
@@ -173,13 +200,26 @@ class Engine:
         owns: Callable[[Any], bool] = _everything,
         unusable: str | None = None,
         before: Stamps | None = None,
-    ) -> Iterator[set[AttachmentId]]:
+    ) -> AbstractContextManager[set[AttachmentId]]:
         """GC of `network`: under the lock, tear down and forget each stale record that
         `owns` (another backend's records in a shared store are not this sweep's), keep
         those of ADDs in flight, and yield the attachments still alive for the plugin's
         own kernel sweep, still under the lock. `unusable`: also remove the files no call
         can use whose names start with it (None: leave them). `before`: the stamps, when
         the caller took them earlier than this call."""
+        from contextlib import contextmanager  # only GC pays for it (see _Adding)
+
+        return contextmanager(self._collecting)(network, valid, teardown, owns, unusable, before)
+
+    def _collecting(
+        self,
+        network: str,
+        valid: set[AttachmentId],
+        teardown: Callable[[Any], object],
+        owns: Callable[[Any], bool],
+        unusable: str | None,
+        before: Stamps | None,
+    ) -> Iterator[set[AttachmentId]]:
         from common.gc import AttachmentId
 
         store = self.store

@@ -101,10 +101,10 @@ def open_directory(path: str, *, create: bool = False) -> int | None:
             except FileNotFoundError:
                 if not create:
                     return None
-                from contextlib import suppress  # not at the top: a DEL that only reads
-
-                with suppress(FileExistsError):
+                try:  # noqa: SIM105 (contextlib is not on the call path)
                     os.mkdir(name, 0o700, dir_fd=fds[-1])
+                except FileExistsError:
+                    pass
                 fd = os.open(name, _DIR, dir_fd=fds[-1])
             except OSError as e:
                 st = os.stat(name, dir_fd=fds[-1], follow_symlinks=False)
@@ -265,12 +265,12 @@ class StateDir:
         if self._stat(name) is None and self._create_whole(name, payload):
             return
         tmp = name + TMP_SUFFIX
-        from contextlib import suppress
-
         try:
             # a killed writer's leftover; O_EXCL below never reuses one
-            with suppress(FileNotFoundError):
+            try:  # noqa: SIM105 (contextlib is not on the call path)
                 os.unlink(tmp, dir_fd=self._fd)
+            except FileNotFoundError:
+                pass
             fd = os.open(
                 tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o600, dir_fd=self._fd
             )
@@ -280,8 +280,10 @@ class StateDir:
                 os.close(fd)
             os.rename(tmp, name, src_dir_fd=self._fd, dst_dir_fd=self._fd)
         except OSError as e:
-            with suppress(OSError):
+            try:  # noqa: SIM105
                 os.unlink(tmp, dir_fd=self._fd)
+            except OSError:
+                pass
             raise CniError(IO_FAILURE, f"cannot write state file {final}", str(e)) from None
 
     def _create_whole(self, name: str, payload: bytes) -> bool:
@@ -337,6 +339,14 @@ class StateDir:
         return (
             [] if dir_fd is None else sorted(n for n in os.listdir(dir_fd) if n.endswith(".json"))
         )
+
+    def holds_other_than(self, name: str) -> bool:
+        """Whether a record other than `name` is here; reads only up to the first one."""
+        dir_fd = self._open()
+        if dir_fd is None:
+            return False
+        with os.scandir(dir_fd) as entries:
+            return any(e.name.endswith(".json") and e.name != name for e in entries)
 
     def lock(self, name: str = "", timeout: float | None = None) -> AbstractContextManager[None]:
         """An exclusive lock between plugin processes, taken when the `with` block is

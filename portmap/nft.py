@@ -174,7 +174,8 @@ def masq_chain(family: int, prefix: int) -> str:
 
 
 def masq_chain_text(family: int, prefix: int) -> list[str]:
-    """Idempotent: (re)written in full by every ADD that needs it."""
+    """Idempotent: (re)written in full by every careful ADD that needs it (the fast one
+    relies on it being there: its `goto` elements fail without it)."""
     chain = masq_chain(family, prefix)
     ipx = IPX[family]
     mask = prefix_mask(family, prefix)
@@ -430,6 +431,13 @@ def recorded_elements(recorded: state.Recorded | None) -> list[Element] | None:
     return [e for e in elements if is_plain(e)]
 
 
+def record_of(att: Attachment, elements: Iterable[Element]) -> state.Recorded:
+    """The attachment's record saying that `elements` are its own."""
+    objects = [[name, key] for name, key in sorted({(e.set, e.key) for e in elements})]
+    owner = (att.network, att.container_id, att.ifname)
+    return state.Recorded(*owner, backend=NAME, objects=objects)
+
+
 class NftBackend:
     name = NAME
 
@@ -443,11 +451,6 @@ class NftBackend:
 
     def owns(self, recorded: state.Recorded | None) -> bool:
         return recorded is not None and recorded.backend == NAME
-
-    def _record(self, att: Attachment, elements: Iterable[Element]) -> state.Recorded:
-        objects = [[name, key] for name, key in sorted({(e.set, e.key) for e in elements})]
-        owner = (att.network, att.container_id, att.ifname)
-        return state.Recorded(*owner, backend=NAME, objects=objects)
 
     # -- ADD ---------------------------------------------------------------------------
 
@@ -466,23 +469,27 @@ class NftBackend:
             # not for a write. The record says what we own, and deleting our proof of
             # ownership with it (OWNERS) makes sure it still is; if anything is off (no
             # table yet, a new lane, an element gone or another's, a conflict), the write
-            # fails as a whole and the careful path below reads and repairs.
+            # fails as a whole and the careful path below reads and repairs. The masq
+            # chains are left out here: a `goto` element fails the same way while its
+            # chain is missing, and rewriting one that is there (flush and add rules)
+            # would make the kernel free the old rules after an RCU grace period, which
+            # the process waits for when its netlink socket closes.
             fast = recorded is None or recorded.committed
             if fast and proves_ownership(previous, att):
-                change.intend(self._record(att, [*previous, *wanted]))
-                lines = [*delete_text(previous), *masq, *add_text(wanted, att.comment)]
+                change.intend(record_of(att, [*previous, *wanted]))
+                lines = [*delete_text(previous), *add_text(wanted, att.comment)]
                 if nft.run("\n".join(lines))[0] == 0:
-                    change.confirm(self._record(att, wanted))
+                    change.confirm(record_of(att, wanted))
                     return
             mine = _owned(nft, previous, att.tag)
-            change.found(self._record(att, mine) if mine else None)
+            change.found(record_of(att, mine) if mine else None)
             setup = self._missing_setup(nft, plan)
-            change.intend(self._record(att, [*mine, *wanted]))
+            change.intend(record_of(att, [*mine, *wanted]))
             for _attempt in range(2):
                 lines = [*setup, *delete_text(mine), *masq, *add_text(wanted, att.comment)]
                 rc, _, err = nft.run("\n".join(lines))
                 if rc == 0:
-                    change.confirm(self._record(att, wanted))
+                    change.confirm(record_of(att, wanted))
                     return
                 # Our own leftovers the record did not know of (it was lost): remove them
                 # too and try once more. Anybody else's: a conflict, named.
@@ -490,7 +497,7 @@ class NftBackend:
                 if not stale:
                     break
                 mine = sorted(set(mine) | set(stale))
-                change.found(self._record(att, mine))
+                change.found(record_of(att, mine))
             raise CniError(KERNEL_FAILURE, "nftables refused the port mappings", first_error(err))
 
     def _missing_setup(self, nft: Nft, plan: Plan) -> list[str]:
@@ -596,8 +603,7 @@ class NftBackend:
     def _last_owner(self, nft: Nft, att: Attachment) -> bool:
         """Whether `att` owns every claim in the table (so the table can go with it).
         Cheap in the common case: other attachments' state files answer 'no' at once."""
-        own = self.sd.file_of(att)
-        if any(n != own for n in self.sd.names()):
+        if self.sd.holds_other_than(self.sd.file_of(att)):
             return False
         for family in (4, 6):
             rc, out, _ = nft.run(f"list set {T} claims{family}")

@@ -141,6 +141,18 @@ def test_state_files_are_private_and_atomic(tmp_path: Path) -> None:
     assert sd.read_bytes("a.json") is None
 
 
+def test_holds_other_than_looks_for_another_record_only(tmp_path: Path) -> None:
+    sd = StateDir(str(tmp_path / "plugin"))
+    assert not sd.holds_other_than("a.json")  # no directory yet
+    sd.write_json("a.json", {})
+    with sd.lock():
+        pass  # the lock file is no record
+    assert not sd.holds_other_than("a.json")
+    sd.write_json("b.json", {})
+    assert sd.holds_other_than("a.json")
+    assert sd.holds_other_than("c.json")
+
+
 class Entry(Value):
     """A codec as small as one gets: the owner and one number."""
 

@@ -222,12 +222,13 @@ def test_first_add_makes_the_table_and_the_mappings(world: World) -> None:
     assert result["ips"] == [{"interface": 0, "address": "10.88.0.5/16"}]  # passed through
     assert world.fake.dump() == added(world)
     if world.backend == "nftables":
-        # the fast path fails as a whole (no table yet); then the table and the elements
-        # in one transaction
-        fast = [*NFT_MASQ_CHAIN, *nft_elements("ctr1", "10.88.0.5")]
+        # the fast path (elements only) fails as a whole (no table yet); then the table,
+        # the masq chain and the elements in one transaction
+        fast = nft_elements("ctr1", "10.88.0.5")
         assert world.fake.sent() == (
-            sent("nft", fast) + f"nft: -> {ENOENT} (add chain {T} masq4-p16)\n"
-            + sent("nft", [*nft.skeleton_text(), *fast]) + LOCALNET_ON + FLUSH
+            sent("nft", fast) + f"nft: -> {ENOENT} (create element {T} owners)\n"
+            + sent("nft", [*nft.skeleton_text(), *NFT_MASQ_CHAIN, *fast]) + LOCALNET_ON
+            + FLUSH
         )  # fmt: skip
     else:
         assert world.fake.sent() == sent("nft ipv4", ipt_first_add()) + LOCALNET_ON + FLUSH
@@ -246,7 +247,7 @@ def test_second_add_replaces_the_mappings_in_one_transaction(world: World) -> No
                    f"delete element {T} masq4 {{ 10.88.0.5 }}",
                    f"delete element {T} owners {{ {owner('ctr1')} }}"]  # fmt: skip
         # no read at all: the state file said what is ours
-        replace = [*deletes, *NFT_MASQ_CHAIN, *nft_elements("ctr1", "10.88.0.5")]
+        replace = [*deletes, *nft_elements("ctr1", "10.88.0.5")]
         assert world.fake.sent(reads=True) == sent("nft", replace) + LOCALNET_ON + FLUSH
     else:
         redo = [line.replace("-A CNI-HOSTPORT-DNAT", "-D CNI-HOSTPORT-DNAT")
@@ -312,12 +313,62 @@ def test_a_host_port_held_by_another_attachment_is_a_conflict_and_changes_nothin
     assert world.records() == records  # ctr2 left no record behind
     if world.backend == "nftables":
         # what was tried failed as a whole (create element of a held claim), twice
-        attempt = [*NFT_MASQ_CHAIN, *nft_elements("ctr2", "10.88.0.6")]
+        attempt = nft_elements("ctr2", "10.88.0.6")
         failed = f"nft: -> File exists (create element {T} claims4)\n"
-        careful = [nft.OWNERS_SET, *attempt]  # the careful path makes sure of the set
+        # the careful path makes sure of the owners set and (re)writes the masq chain
+        careful = [nft.OWNERS_SET, *NFT_MASQ_CHAIN, *attempt]
         assert world.fake.sent() == sent("nft", attempt) + failed + sent("nft", careful) + failed
     else:
         assert world.fake.sent() == ""  # found in the table read: nothing written
+
+
+def second_elements(cid: str, ip: str) -> list[str]:
+    """An attachment beside ctr1's with one mapping, host port 8081."""
+    c = tag(cid)
+    return [
+        f'create element {T} owners {{ {owner(cid)} comment "{c}" }}',
+        f'create element {T} claims4 {{ 0.0.0.0 . tcp . 8081 comment "{c}" }}',
+        f'add element {T} any4 {{ tcp . 8081 comment "{c}" : {ip} . 80 }}',
+        f'add element {T} masq4 {{ {ip} comment "{c}" : goto masq4-p16 }}',
+        f'add element {T} hairpin4 {{ 10.88.0.0 . {ip} comment "{c}" }}',
+    ]
+
+
+SECOND = [{"hostPort": 8081, "containerPort": 80, "protocol": "tcp"}]
+
+
+def test_an_add_beside_another_attachment_sends_its_elements_only(world: World) -> None:
+    """The subnet's masq chain is there already: the ADD neither reads nor rewrites it
+    (rewriting its rules would make the call wait for the kernel to free the old ones)."""
+    if world.backend != "nftables":
+        pytest.skip("nftables only")
+    world.run("ADD")
+    world.fake.sent()
+    assert world.run("ADD", cid="ctr2", ip="10.88.0.6", mappings=SECOND)[0] == 0
+    assert world.fake.sent(reads=True) == (
+        sent("nft", second_elements("ctr2", "10.88.0.6")) + LOCALNET_ON
+    )
+
+
+def test_an_add_whose_masq_chain_is_missing_fails_fast_then_writes_it(world: World) -> None:
+    """The first attachment of a subnet masquerades everything (masqAll): no masq4-p16 yet.
+    The next one's fast transaction fails on its `goto` as a whole; the careful path
+    writes the chain with the elements."""
+    if world.backend != "nftables":
+        pytest.skip("nftables only")
+    assert world.run("ADD", masqAll=True)[0] == 0
+    world.fake.sent()
+    assert world.run("ADD", cid="ctr2", ip="10.88.0.6", mappings=SECOND)[0] == 0
+    attempt = second_elements("ctr2", "10.88.0.6")
+    assert world.fake.sent() == (
+        sent("nft", attempt) + f"nft: -> {ENOENT} (add element {T} masq4)\n"
+        + sent("nft", [nft.OWNERS_SET, *NFT_MASQ_CHAIN, *attempt]) + LOCALNET_ON
+    )  # fmt: skip
+    assert world.fake.nft.table is not None
+    assert world.fake.nft.table["chains"]["masq4-p16"] == [
+        line.split(" masq4-p16 ", 1)[1] for line in NFT_MASQ_CHAIN[2:]
+    ]
+    assert world.run("CHECK", cid="ctr2", ip="10.88.0.6", mappings=SECOND) == (0, None)
 
 
 # ---------------------------------------------------------------------------- DEL

@@ -73,8 +73,9 @@ NOT_FOR = {
     "portmap-pass-through": ("pyroute2", "bandwidth", "tuning"),
     "bandwidth-pass-through": ("pyroute2", "portmap", "tuning"),
     "tuning-pass-through": ("pyroute2", "portmap", "bandwidth"),
-    "portmap-nftables": ("portmap.xtables", "pyroute2"),
-    "portmap-iptables": ("portmap.libnftables", "pyroute2"),
+    # contextlib (with functools and collections) only for blocks a class does as well
+    "portmap-nftables": ("portmap.xtables", "pyroute2", "contextlib"),
+    "portmap-iptables": ("portmap.libnftables", "pyroute2", "contextlib"),
     # pyroute2's tcmsg package would import every qdisc and classifier it knows.
     "bandwidth": (
         "portmap",
@@ -92,7 +93,8 @@ NOT_FOR = {
 # the counts go: VERSION is the plugin, skel, jsontext, versions and errors (not even
 # os); portmap with nftables adds its own modules (portmap.kernel, its kernel ports,
 # and portmap.libnftables, the one binding of libnftables, among them), the attachment
-# engine, os, ipaddress, ctypes and contextlib; iptables adds portmap.xtables, which
+# engine, os, ctypes and, where there is a plan (ADD, CHECK), ipaddress with functools
+# and collections; no contextlib; iptables adds portmap.xtables, which
 # runs iptables-restore/-save through posix_spawn (no subprocess module), and
 # common.rtnl (the one netlink transport, builtin modules only) for the UDP conntrack
 # flush; tuning adds pyroute2's link
@@ -103,12 +105,12 @@ BUDGET = {
     ("portmap", "VERSION"): 9,
     ("bandwidth", "VERSION"): 9,
     ("tuning", "VERSION"): 9,
-    ("portmap-nftables", "ADD"): 54,
-    ("portmap-nftables", "CHECK"): 54,
-    ("portmap-nftables", "DEL"): 52,  # no plan (nor ipaddress) when the state file says
-    ("portmap-iptables", "ADD"): 52,
-    ("portmap-iptables", "CHECK"): 51,
-    ("portmap-iptables", "DEL"): 49,
+    ("portmap-nftables", "ADD"): 52,
+    ("portmap-nftables", "CHECK"): 52,
+    ("portmap-nftables", "DEL"): 43,  # no plan (nor ipaddress) when the state file says
+    ("portmap-iptables", "ADD"): 50,
+    ("portmap-iptables", "CHECK"): 49,
+    ("portmap-iptables", "DEL"): 39,
     ("bandwidth", "ADD"): 140,
     ("bandwidth", "CHECK"): 139,
     ("bandwidth", "DEL"): 137,
@@ -119,7 +121,7 @@ BUDGET = {
     # bandwidth for an ifb in the container netns too: ctypes' setns).
     ("portmap-pass-through", "ADD"): 19,
     ("portmap-pass-through", "CHECK"): 19,
-    ("portmap-pass-through", "DEL"): 57,
+    ("portmap-pass-through", "DEL"): 47,
     ("bandwidth-pass-through", "ADD"): 19,
     ("bandwidth-pass-through", "CHECK"): 19,
     ("bandwidth-pass-through", "DEL"): 54,

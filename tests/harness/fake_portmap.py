@@ -136,6 +136,9 @@ class FakeNft(NftKernel):
                     if elems[key][1] != data:
                         raise NftError(EBUSY)
                 else:
+                    verdict = data.split()
+                    if verdict[:1] in (["goto"], ["jump"]):
+                        self._chain(verdict[1])  # as the kernel: no verdict to a missing chain
                     elems[key] = (comment, data)
         else:
             raise AssertionError(f"the fake does not know: {line}")
