@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 NAME = "nftables"
 T = "inet cni_meta_portmap"
 IPX = {4: "ip", 6: "ip6"}
+FULL_PREFIX = {4: 32, 6: 128}
 LOCK = "nftables.lock"
 # libnftables 1.0.6 crashes (SIGSEGV) on a `get element` of a few hundred keys: ask in
 # small batches.
@@ -175,19 +176,49 @@ def masq_chain(family: int, prefix: int) -> str:
 
 def masq_chain_text(family: int, prefix: int) -> list[str]:
     """Idempotent: (re)written in full by every careful ADD that needs it (the fast one
-    relies on it being there: its `goto` elements fail without it)."""
+    relies on it being there: its `goto` elements fail without it). Each rule is written
+    as `list chain` prints it back, so that CHECK can compare the two."""
     chain = masq_chain(family, prefix)
     ipx = IPX[family]
-    mask = prefix_mask(family, prefix)
+    # nft drops a mask of all ones from the rule it stores
+    saddr = f"{ipx} saddr"
+    if prefix != FULL_PREFIX[family]:
+        saddr += f" & {prefix_mask(family, prefix)}"
     lines = [f"add chain {T} {chain}", f"flush chain {T} {chain}"]
     if family == 4:
         # Connections from 127.0.0.0/8 (localhost:hostPort via route_localnet) only work
         # masqueraded: the container cannot answer a loopback address.
         lines.append(f"add rule {T} {chain} ip saddr 127.0.0.0/8 masquerade")
-    lines.append(
-        f"add rule {T} {chain} {ipx} saddr & {mask} . {ipx} daddr @hairpin{family} masquerade"
-    )
+    lines.append(f"add rule {T} {chain} {saddr} . {ipx} daddr @hairpin{family} masquerade")
     return lines
+
+
+MASQ_ALL_TEXT = [
+    f"add chain {T} masq-all",
+    f"flush chain {T} masq-all",
+    f"add rule {T} masq-all masquerade",
+]
+
+
+def chain_rules(chain: str, lines: list[str]) -> list[str]:
+    """The rules that `lines` (a chain's text above) write into `chain`."""
+    head = f"add rule {T} {chain} "
+    return [line.removeprefix(head) for line in lines if line.startswith(head)]
+
+
+def listed_rules(chain: str, listing: str) -> list[str]:
+    """The rules of `chain` in nft's text output of `list chain`, whitespace normalised."""
+    lines = [" ".join(line.split()) for line in listing.splitlines()]
+    start = f"chain {chain} {{"
+    if start not in lines:
+        return []
+    rules = []
+    for line in lines[lines.index(start) + 1 :]:
+        if line == "}":
+            break
+        if line:
+            rules.append(line)
+    return rules
 
 
 class Element(OrderedValue):
@@ -269,6 +300,14 @@ def plan_masq_chains(plan: Plan) -> list[tuple[int, int]]:
             if fp.forwards and fp.masquerade == MASQ_SUBNET
         }
     )
+
+
+def plan_masq_texts(plan: Plan) -> dict[str, list[str]]:
+    """Each masquerade chain the plan's `goto` elements lead to, with its text."""
+    out = {masq_chain(*fp): masq_chain_text(*fp) for fp in plan_masq_chains(plan)}
+    if any(fp.forwards and fp.masquerade == MASQ_ALL for fp in plan.families):
+        out["masq-all"] = MASQ_ALL_TEXT
+    return out
 
 
 def _grouped(elements: Iterable[Element]) -> dict[str, list[Element]]:
@@ -457,7 +496,7 @@ class NftBackend:
     def add(self, plan: Plan) -> None:
         att = plan.attachment
         wanted = plan_elements(plan)
-        masq = [line for fp in plan_masq_chains(plan) for line in masq_chain_text(*fp)]
+        masq = [line for text in plan_masq_texts(plan).values() for line in text]
         # Every transaction below is all or nothing: a failed one leaves the kernel as it
         # was, so a failed ADD needs no undo, only the record of what is still ours.
         with self.engine.add(att) as change:
@@ -635,6 +674,17 @@ class NftBackend:
                 problems.append(f"{e.set} {e.key} belongs to {comment.partition(' ')[2]}")
             elif e.data and data != e.data:
                 problems.append(f"{e.set} {e.key} maps to {data}, expected {e.data}")
+        # The fast ADD never rewrites a masquerade chain that exists (see add): one
+        # flushed or edited by hand shows here, and the next careful ADD rewrites it.
+        for chain, text in plan_masq_texts(plan).items():
+            rc, out, _ = nft.run(f"list chain {T} {chain}")
+            expected = chain_rules(chain, text)
+            if rc != 0:
+                problems.append(f"chain {chain} of {T} is missing")
+            elif (rules := listed_rules(chain, out)) != expected:
+                problems.append(
+                    f"chain {chain} holds [{'; '.join(rules)}], expected [{'; '.join(expected)}]"
+                )
         return problems
 
     # -- GC / STATUS ---------------------------------------------------------------------

@@ -334,6 +334,25 @@ def test_check_compares_the_conditions_of_the_installed_forwarding(lab: Lab, bac
     assert "8080" not in rules_text(lab, backend)
 
 
+def test_check_names_a_masq_chain_flushed_by_hand(lab: Lab) -> None:
+    """A repeated ADD does not rewrite the subnet's masq chain (its fast path sends
+    elements only): CHECK is what tells that someone flushed it. DEL and ADD repair it."""
+    rc = {"portMappings": [{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}]}
+    conf = _direct_conf(lab, "nftables", runtimeConfig=rc)
+    _run(lab, "ADD", conf).ok()
+    _run(lab, "CHECK", conf).ok()
+    lab.host.run("nft", "flush", "chain", *TABLE.split(), "masq4-p24")
+    _run(lab, "ADD", conf).ok()
+    out = _run(lab, "CHECK", conf)
+    assert out.returncode != 0 and out.json["code"] == 102, out.stdout
+    assert out.json["details"].startswith("chain masq4-p24 holds [], expected [ip saddr"), out.json
+    _run(lab, "DEL", conf).ok()
+    _run(lab, "ADD", conf).ok()
+    _run(lab, "CHECK", conf).ok()
+    assert "ip saddr & 255.255.255.0 . ip daddr @hairpin4 masquerade" in rules_text(lab, "nftables")
+    _run(lab, "DEL", conf).ok()
+
+
 # ---------------------------------------------------------------------------- GC / STATUS
 
 

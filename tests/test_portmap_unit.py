@@ -201,6 +201,21 @@ def test_nft_elements_of_a_plan() -> None:
     assert all(line.startswith("add element") for line in text[1:])
 
 
+def test_nft_listed_rules_read_nft_list_chain_output() -> None:
+    listing = (
+        "table inet cni_meta_portmap {\n\tchain masq4-p24 {\n"
+        "\t\tip saddr 127.0.0.0/8 masquerade\n"
+        "\t\tip saddr & 255.255.255.0 . ip daddr @hairpin4 masquerade\n\t}\n}\n"
+    )
+    text = nft.masq_chain_text(4, 24)
+    assert nft.listed_rules("masq4-p24", listing) == nft.chain_rules("masq4-p24", text)
+    assert (
+        nft.listed_rules("masq4-p24", "table inet cni_meta_portmap {\n\tchain masq4-p24 {\n\t}\n}")
+        == []
+    )
+    assert nft.listed_rules("masq4-p16", listing) == []
+
+
 def test_nft_masq_chain_and_lanes() -> None:
     assert nft.masq_chain_text(4, 16)[2:] == [
         "add rule inet cni_meta_portmap masq4-p16 ip saddr 127.0.0.0/8 masquerade",
@@ -208,6 +223,10 @@ def test_nft_masq_chain_and_lanes() -> None:
         "@hairpin4 masquerade",
     ]
     assert nft.prefix_mask(6, 64) == "ffff:ffff:ffff:ffff::"
+    # a mask of all ones is left out, as nft prints the rule back
+    assert nft.masq_chain_text(6, 128)[2:] == [
+        "add rule inet cni_meta_portmap masq6-p128 ip6 saddr . ip6 daddr @hairpin6 masquerade"
+    ]
     lane = nft.Lane(4, ("ip saddr 10.0.0.0/8",))
     assert lane.any_map == f"any4_{lane.id:08x}" and nft.Lane(4, ()).any_map == "any4"
     assert lane.any_rule() == (

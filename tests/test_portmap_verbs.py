@@ -371,6 +371,45 @@ def test_an_add_whose_masq_chain_is_missing_fails_fast_then_writes_it(world: Wor
     assert world.run("CHECK", cid="ctr2", ip="10.88.0.6", mappings=SECOND) == (0, None)
 
 
+def test_check_names_a_masq_chain_flushed_by_hand_and_a_careful_add_rewrites_it(
+    world: World,
+) -> None:
+    """The fast ADD never rewrites a masq chain that exists, so CHECK must see one that
+    someone flushed (`nft flush chain`); deleting and re-adding the container repairs it."""
+    if world.backend != "nftables":
+        pytest.skip("nftables only")
+    world.run("ADD")
+    assert world.run("CHECK") == (0, None)
+    world.fake.sent()
+    assert world.fake.nft.run(f"flush chain {T} masq4-p16")[0] == 0
+    expected = "; ".join(line.split(" masq4-p16 ", 1)[1] for line in NFT_MASQ_CHAIN[2:])
+    code, error = world.run("CHECK")
+    assert (code, error["code"]) == (1, 102)
+    assert error["details"] == f"chain masq4-p16 holds [], expected [{expected}]"
+    assert world.fake.sent(reads=True).endswith(f"nft read: list chain {T} masq4-p16\n")
+    assert world.run("ADD")[0] == 0  # a repeated ADD takes the fast path: not repaired
+    assert world.run("CHECK")[0] == 1
+    world.run("DEL")
+    world.run("ADD")
+    assert world.run("CHECK") == (0, None)
+
+
+def test_check_names_a_missing_or_edited_masq_all_chain(world: World) -> None:
+    if world.backend != "nftables":
+        pytest.skip("nftables only")
+    world.run("ADD", masqAll=True)
+    assert world.run("CHECK", masqAll=True) == (0, None)
+    assert world.fake.nft.table is not None
+    world.fake.nft.table["chains"]["masq-all"] = ["ip saddr 10.0.0.0/8 masquerade"]
+    code, error = world.run("CHECK", masqAll=True)
+    assert (code, error["details"]) == (
+        1, "chain masq-all holds [ip saddr 10.0.0.0/8 masquerade], expected [masquerade]"
+    )  # fmt: skip
+    del world.fake.nft.table["chains"]["masq-all"]
+    code, error = world.run("CHECK", masqAll=True)
+    assert (code, error["details"]) == (1, f"chain masq-all of {T} is missing")
+
+
 # ---------------------------------------------------------------------------- DEL
 
 

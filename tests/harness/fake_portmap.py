@@ -7,7 +7,7 @@
   carry every nft command portmap sends. It keeps the one table portmap makes: its sets
   and maps with their elements (key, comment, data) and its chains with their rules as
   text. A buffer of several commands is one transaction (all or nothing, as libnftables
-  does); `get element`, `list tables`, `list set` and `list table` answer in
+  does); `get element`, `list tables`, `list set`, `list chain` and `list table` answer in
   libnftables' text format for what portmap asks. Its netlink look (`has`) sees the
   iptables-nft chains of `FakeXtables`; the Go portmap's nftables table is absent.
 * iptables backend (`FakeXtables`, a `portmap.kernel.XtablesKernel`): `run` answers every
@@ -170,6 +170,9 @@ class FakeNft(NftKernel):
         if words[:2] == ["list", "table"]:
             sets = self._table()["sets"]
             return _table_text(self._set_text(name, s["elems"].items()) for name, s in sets.items())
+        if words[:2] == ["list", "chain"]:
+            rules = "".join(f"\t\t{rule}\n" for rule in self._chain(words[4]))
+            return _table_text([f"\tchain {words[4]} {{\n{rules}\t}}\n"])
         s = self._set(words[4])
         if words[:2] == ["list", "set"]:
             return _table_text([self._set_text(words[4], s["elems"].items())])
