@@ -1,4 +1,5 @@
-"""Entering a network namespace by path for a block of code; its /proc/sys files.
+"""Entering a network namespace by path for a block of code (its /proc/sys files are read
+and written with common.sysctl).
 
 Python 3.11 has no os.setns, so this calls setns(2) through ctypes (imported only here).
 setns(CLONE_NEWNET) switches the calling thread only; sockets (netlink, nft, inet) keep the
@@ -86,20 +87,3 @@ def entered_if_present(
             if e.code != INVALID_NETNS:  # e.g. the path exists but is no longer a netns
                 raise
         yield inside
-
-
-def read_sysctl(file: str) -> str:
-    """A /proc/sys file's value without its newline. Which namespace's value it is was
-    decided by the thread that opens it."""
-    with open(file, "rb") as f:
-        return f.read().decode("utf-8", "replace").rstrip("\n")
-
-
-def write_sysctl(file: str, value: str) -> None:
-    # One write(2) for the whole value: a sysctl handler parses what a single write gives
-    # it, and a buffered file object chooses itself how many writes a value takes.
-    fd = os.open(file, os.O_WRONLY | os.O_CLOEXEC)
-    try:
-        os.write(fd, value.encode())
-    finally:
-        os.close(fd)

@@ -214,20 +214,16 @@ class Kernel:
         best = max(routes, key=lambda r: (int(r[7], 16).bit_count(), -int(r[6])), default=None)
         return best[0] if best else None
 
-    # The host's own sysctls, in the plugin's netns: no common.netns (and the contextlib
-    # it imports) on the ADD path for them.
+    # The host's own sysctls, in the plugin's netns.
     def read_sysctl(self, path: str) -> str:
-        with open(path, "rb") as f:
-            return f.read().decode("utf-8", "replace").rstrip("\n")
+        from common.sysctl import read_sysctl
+
+        return read_sysctl(path)
 
     def write_sysctl(self, path: str, value: str) -> None:
-        # One write(2) for the whole value: a sysctl handler parses what a single write
-        # gives it (as common.netns.write_sysctl).
-        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
-        try:
-            os.write(fd, value.encode())
-        finally:
-            os.close(fd)
+        from common.sysctl import write_sysctl
+
+        write_sysctl(path, value)
 
     def flush_udp_conntrack(self, family: int, targets: Iterable[tuple[str | None, int]]) -> int:
         """Delete UDP conntrack entries of `family` (4/6) whose original destination port is a

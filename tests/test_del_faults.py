@@ -194,10 +194,10 @@ TUNED: dict[str, Any] = {"mac": MAC, "mtu": 1400, "sysctl": {PER_IF: "0", NS_WID
 def watch_sysctl_writes(monkeypatch: pytest.MonkeyPatch, faults: Faults, ctr: Netns) -> None:
     """tuning's other transport: /proc/sys writes. A per-interface key vanishes with its
     interface; a namespace-wide one cannot vanish, so it is refused with ENODEV."""
-    from common import netns
+    from common import sysctl
     from tuning import apply
 
-    original = netns.write_sysctl
+    original = sysctl.write_sysctl
     per_if = "/eth0/"
 
     def vanish(file: str) -> Callable[[], object]:

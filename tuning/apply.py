@@ -8,7 +8,8 @@ from contextlib import ExitStack
 
 from common.attachment import UndoFailed
 from common.errors import INVALID_CONFIG, KERNEL_FAILURE, CniError, invalid_config
-from common.netns import entered, read_sysctl, write_sysctl
+from common.netns import entered
+from common.sysctl import read_sysctl, write_sysctl
 from common.values import Value
 from tuning.backup import Backup, originals
 from tuning.config import LINK_OPTIONS, LinkSettings
