@@ -22,11 +22,10 @@ from common.result import Result
 from common.state import AttachmentStore
 from portmap import config as cfg
 from portmap import nft
-from portmap.config import Attachment
+from portmap.config import Attachment, go_chain_name
 from portmap.nft import T, skeleton_text
 from portmap.plan import make_plan
 from portmap.state import Recorded
-from portmap.xtables import go_chain_name
 
 NETWORK = "benchnet"
 

@@ -7,7 +7,7 @@ kernel; what each option accepts: docs/portmap.md.
 from __future__ import annotations
 
 from common.config import NetConf
-from common.digest import sha256_hex
+from common.digest import sha256_hex, sha512_hex
 from common.errors import CniError, invalid_config
 from common.jsonobj import JsonObject
 from common.values import Value, field
@@ -73,6 +73,18 @@ class Options(Value):
 def network_tag(network: str) -> str:
     """The first part of the tags of `network`'s attachments (GC looks for it)."""
     return sha256_hex(network.encode())[:8]
+
+
+# The Go portmap's per-attachment iptables chain, which the iptables backend makes too:
+# here rather than in portmap.xtables so that a DEL without a record (the Go takeover's
+# look) names it without loading the iptables backend.
+CHAIN_PREFIX = "CNI-DN-"
+
+
+def go_chain_name(network: str, container_id: str) -> str:
+    """Go's per-attachment chain: CNI-DN- and the start of sha512(network + container id)
+    in hex, 28 characters in all (iptables' limit)."""
+    return (CHAIN_PREFIX + sha512_hex((network + container_id).encode()))[:28]
 
 
 class Attachment(Value):

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
     Rule = tuple[int, str, dict[str, Any]]
 
-VARIANTS = ("nft", "legacy")  # portmap.xtables.VARIANTS, without importing it
+VARIANTS = ("nft", "legacy")  # portmap.xtables.VARIANTS, without importing the backend
 GO_TABLE = "cni_hostport"
 GO_NFT_CHAINS = ("hostports", "hostip_hostports", "masquerading")
 
@@ -34,13 +34,16 @@ def release(
 ) -> UdpTargets:
     """Remove Go's objects of this attachment (one we have no state for); (family, host
     ip, port) of its UDP mappings for the conntrack flush."""
-    from portmap import xtables
+    from portmap.config import go_chain_name
 
-    chain = xtables.go_chain_name(network, container_id)
+    chain = go_chain_name(network, container_id)
     may_have = kernel.xtables.may_have
     iptables = [(v, f) for v in VARIANTS for f in (6, 4) if may_have(v, f, chain)]
-    if iptables and xtables.recorded_owner(sd, network, container_id, chain):
-        iptables = []  # Go's name, given to another attachment of ours of this container
+    if iptables:
+        from portmap import xtables
+
+        if xtables.recorded_owner(sd, network, container_id, chain):
+            iptables = []  # Go's name, given to another attachment of ours of this container
     go_nft = [f for f in (6, 4) if kernel.nft.has(f, GO_TABLE)]
     targets: UdpTargets = []
     if go_nft:

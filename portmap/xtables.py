@@ -21,7 +21,14 @@ from common.log import Log
 from common.state import LOCK_TIMEOUT_ENV, AttachmentStore, lock_timeout
 from common.values import Value
 from portmap import state
-from portmap.config import IPT_ADDRESS_OPTIONS, Attachment, Conditions, network_tag
+from portmap.config import (
+    CHAIN_PREFIX,
+    IPT_ADDRESS_OPTIONS,
+    Attachment,
+    Conditions,
+    go_chain_name,
+    network_tag,
+)
 from portmap.plan import MASQ_ALL, MASQ_NONE, FamilyPlan, Forward, Plan, UdpTargets
 
 TYPE_CHECKING = False
@@ -38,19 +45,12 @@ TOP = "CNI-HOSTPORT-DNAT"
 SETMARK = "CNI-HOSTPORT-SETMARK"
 MASQ = "CNI-HOSTPORT-MASQ"
 LOCK = "iptables.lock"
-CHAIN_PREFIX = "CNI-DN-"
 OLD_COMMENT_PREFIX = "portmap "  # jumps of the tag-based naming: "portmap <tag> ..."
 GO_COMMENT = 'dnat name: "{}" id: "{}"'
 MULTIPORT_PORTS = 15  # what one multiport match holds (a range takes two)
 VARIANTS = ("nft", "legacy")
 VARIANT_ENV = "CNI_META_IPTABLES"
 Words = list[str]
-
-
-def go_chain_name(network: str, container_id: str) -> str:
-    """Go's per-attachment chain: CNI-DN- and the start of sha512(network + container id)
-    in hex, 28 characters in all (iptables' limit)."""
-    return (CHAIN_PREFIX + sha512_hex((network + container_id).encode()))[:28]
 
 
 def second_chain_name(att: Attachment) -> str:

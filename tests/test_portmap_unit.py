@@ -388,14 +388,14 @@ def test_gc_picks_only_the_go_jumps_of_its_network_whose_container_is_gone(
     from portmap import state, xtables
     from portmap.kernel import NftKernel, XtablesKernel
 
-    gone, kept = xtables.go_chain_name("n", "gone"), xtables.go_chain_name("n", "kept")
-    shared = xtables.go_chain_name("n", "shared")
+    gone, kept = cfg.go_chain_name("n", "gone"), cfg.go_chain_name("n", "kept")
+    shared = cfg.go_chain_name("n", "shared")
     doomed = [go_jump("tcp", "n", "gone", 80, gone), go_jump("udp", "n", "gone", 53, gone)]
     shared_jump = go_jump("tcp", "n", "shared", 84, shared)
     top = [
         *doomed,
         go_jump("tcp", "n", "kept", 81, kept),  # valid (listed with another ifname)
-        go_jump("tcp", "m", "gone", 82, xtables.go_chain_name("m", "gone")),  # network m
+        go_jump("tcp", "m", "gone", 82, cfg.go_chain_name("m", "gone")),  # network m
         go_jump("tcp", "n", "forged", 83, kept),  # Go's format, not Go's chain for it
         shared_jump,
         f"-A CNI-HOSTPORT-DNAT -p tcp --dport 85 -j {shared}",  # not Go's comment

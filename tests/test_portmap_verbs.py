@@ -15,7 +15,7 @@ import pytest
 
 from common.digest import sha512_hex
 from portmap import nft, state, xtables
-from portmap.config import Attachment
+from portmap.config import Attachment, go_chain_name
 from portmap.xtables import chain_name
 from tests.harness.fake_kernel import FakeKernel
 from tests.harness.fake_portmap import ROUTE_LOCALNET, FakeNetfilter
@@ -450,7 +450,7 @@ def test_del_without_state_removes_the_go_portmaps_iptables_mappings(world: Worl
     nat["CNI-HOSTPORT-DNAT"] = []
     made: dict[str, list[str]] = {}
     for cid, port in (("ctr1", 5353), ("goother", 5354)):
-        name = xtables.go_chain_name(NET, cid)
+        name = go_chain_name(NET, cid)
         rule = f"-A {name} -p udp -m udp --dport {port} -j DNAT --to-destination 10.88.0.9:53"
         comment = f'"dnat name: \\"{NET}\\" id: \\"{cid}\\""'
         jump = (f"-A CNI-HOSTPORT-DNAT -p udp -m comment --comment {comment} "
@@ -460,7 +460,7 @@ def test_del_without_state_removes_the_go_portmaps_iptables_mappings(world: Worl
         made[cid] = [jump, f":{name}", rule]
     kept = "".join(f"{x}\n" for x in world.fake.dump().splitlines() if x not in made["ctr1"])
     assert world.run("DEL") == (0, None)
-    name = xtables.go_chain_name(NET, "ctr1")
+    name = go_chain_name(NET, "ctr1")
     undo = ["-D" + made["ctr1"][0][2:], f"-F {name}", f"-X {name}"]
     assert world.fake.sent() == sent("nft ipv4", undo) + FLUSH
     assert world.fake.dump() == kept

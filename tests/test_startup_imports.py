@@ -122,7 +122,7 @@ BUDGET = {
     # bandwidth for an ifb in the container netns too: ctypes' setns).
     ("portmap-pass-through", "ADD"): 19,
     ("portmap-pass-through", "CHECK"): 19,
-    ("portmap-pass-through", "DEL"): 47,
+    ("portmap-pass-through", "DEL"): 46,
     ("bandwidth-pass-through", "ADD"): 19,
     ("bandwidth-pass-through", "CHECK"): 19,
     ("bandwidth-pass-through", "DEL"): 54,
