@@ -187,7 +187,9 @@ class StateDir:
         """The directory's fd (None: it does not exist), opened and checked once."""
         if self._fd >= 0:
             return self._fd
-        old = os.umask(0o077)
+        # mkdir's 0700 must not lose owner bits to an odd umask of the runtime's: only a
+        # call that may create directories sets one.
+        old = os.umask(0o077) if create else -1
         try:
             fd = open_directory(self.directory, create=create)
         except UnsafePath as e:
@@ -199,7 +201,8 @@ class StateDir:
                 IO_FAILURE, f"cannot {doing} state directory {self.directory}", str(e)
             ) from None
         finally:
-            os.umask(old)
+            if old >= 0:
+                os.umask(old)
         if fd is None:
             return None
         try:
