@@ -588,8 +588,6 @@ def _decode(of: type[Value], raw: dict[str, Any], keys: Keys, tolerant: bool) ->
             fields[field] = _decode(key.of, raw, key.keys, tolerant)
             continue
         value = raw.get(key.json)
-        if value is None and key.json == "ifname":
-            value = raw.get("ifName")  # how tuning's backups on nodes spell it
         if value is None:
             if key.required and not tolerant:
                 raise ValueError(f"{key.json} is missing")

@@ -54,6 +54,14 @@ class Backup(Record):
         "sysctls": Key("sysctls", _sysctls, _sysctls_json),
     }
 
+    @classmethod
+    def from_json(cls, raw: Any) -> Backup | None:
+        # Backups written before the owner keys were declared once spell it "ifName".
+        if isinstance(raw, dict) and "ifname" not in raw and "ifName" in raw:
+            raw = {**raw, "ifname": raw["ifName"]}
+        backup: Backup | None = super().from_json(raw)
+        return backup
+
     @staticmethod
     def file_name(network: str, container_id: str, ifname: str) -> str:
         """Go's name (the network is not part of it), unless it would not fit in a directory
