@@ -99,13 +99,13 @@ class Netns:
 
     def sysctl(self, key: str, value: str | None = None) -> str:
         """Read (and first write, when `value` is given) a sysctl of the namespace."""
+        from common.sysctl import read_sysctl, write_sysctl
+
         path = "/proc/sys/" + key.replace(".", "/")
         with self.entered():
             if value is not None:
-                with open(path, "w") as f:
-                    f.write(value)
-            with open(path) as f:
-                return f.read().strip()
+                write_sysctl(path, value)
+            return read_sysctl(path).strip()
 
 
 def create(role: str = "ns", prefix: str = DEFAULT_PREFIX) -> Netns:
