@@ -691,13 +691,29 @@ class NftBackend:
 
     def gc(self, network: str, valid: set[AttachmentId], before: Stamps) -> UdpTargets:
         prefix = network_tag(network) + "-"
+        forgotten: set[str] = set()  # the tags of the stale records the engine forgets
         with self.engine.collecting(
-            network, valid, owns=self.owns, unusable=prefix, before=before
-        ) as alive:
+            network, valid, state.forgetting(forgotten), owns=self.owns, unusable=prefix,
+            before=before,
+        ) as alive:  # fmt: skip
             keep = {Attachment(network, a.container_id, a.ifname).tag for a in alive}
+            stale: dict[str, bool] = {}  # tag -> whether its elements go
+
+            def is_stale(comment: str) -> bool:
+                # A tag starting with the network's hash may be another network's (two
+                # names can share that hash): only one proven to be of this network goes.
+                tag = tag_of(comment)
+                if tag not in stale:
+                    stale[tag] = (
+                        tag.startswith(prefix)
+                        and tag not in keep
+                        and (tag in forgotten or state.owner_network(self.sd, comment) == network)
+                    )
+                return stale[tag]
+
             nft = Nft(self.port)
-            listing = [(e, tag_of(c)) for e, c in nft.listing() if c]
-            doomed = sorted(e for e, tag in listing if tag.startswith(prefix) and tag not in keep)
+            listing = [(e, c) for e, c in nft.listing() if c]
+            doomed = sorted(e for e, c in listing if is_stale(c))
             survivors = len(listing) - len(doomed)
             if survivors == 0 and not self.sd.names() and (doomed or nft.table_exists()):
                 nft.must([f"delete table {T}"], "delete the empty portmap table")

@@ -1,0 +1,162 @@
+"""One tenant of a shared node against another, through portmap's verbs on the fake
+netfilter (tests/harness/fake_portmap.py), without root: GC of a network whose name
+hashes like another's, a DEL without a record on a busy node, a DEL that finds a Go
+chain of a sibling attachment. tests/kernel/test_portmap_tenants.py proves the same on
+the real kernel, with traffic.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from portmap import state, xtables
+from portmap.config import Attachment, network_tag
+from tests.harness.fake_kernel import FakeKernel
+from tests.harness.fake_portmap import FakeNetfilter
+
+T = "inet cni_meta_portmap"
+
+
+def colliding_names(stem: str = "tenant") -> tuple[str, str]:
+    """Two network names whose tags (sha256(name)[:8]) are the same: a birthday search,
+    about 2^16 names."""
+    seen: dict[str, str] = {}
+    i = 0
+    while True:
+        name = f"{stem}-{i}"
+        tag = hashlib.sha256(name.encode()).hexdigest()[:8]
+        if tag in seen:
+            return seen[tag], name
+        seen[tag] = name
+        i += 1
+
+
+VICTIM, ATTACKER = colliding_names()
+
+
+class World:
+    def __init__(self, tmp_path: Path, backend: str) -> None:
+        self.backend = backend
+        self.kernel = FakeKernel(tmp_path / "netns")
+        self.netns = self.kernel.add_netns("ctr")
+        self.fake = FakeNetfilter()
+        self.state = tmp_path / "state"
+
+    def conf(self, network: str, ip: str, mappings: Any, **keys: Any) -> dict[str, Any]:
+        return {
+            "cniVersion": "1.1.0", "name": network, "type": "portmap", "backend": self.backend,
+            "runtimeConfig": {"portMappings": mappings},
+            "prevResult": {
+                "cniVersion": "1.1.0",
+                "interfaces": [{"name": "eth0", "sandbox": self.netns}],
+                "ips": [{"address": f"{ip}/16", "interface": 0}],
+            },
+            **keys,
+        }  # fmt: skip
+
+    def run(self, command: str, conf: dict[str, Any], cid: str) -> tuple[int, Any]:
+        return self.kernel.run("portmap", command, conf, netns=self.netns, container_id=cid,
+                               kernel=self.fake)  # fmt: skip
+
+    def add(self, network: str, cid: str, ip: str, port: int) -> None:
+        mapping = [{"hostPort": port, "containerPort": 80, "protocol": "tcp"}]
+        assert self.run("ADD", self.conf(network, ip, mapping), cid)[0] == 0
+
+    def gc(self, network: str, *valid: str) -> None:
+        conf = {"cniVersion": "1.1.0", "name": network, "type": "portmap",
+                "backend": self.backend,
+                "cni.dev/valid-attachments": [{"containerID": c, "ifname": "eth0"}
+                                              for c in valid]}  # fmt: skip
+        assert self.kernel.run("portmap", "GC", conf, netns="", kernel=self.fake) == (0, None)
+
+    def record(self, network: str, cid: str) -> Path:
+        return self.state / "portmap" / f"{Attachment(network, cid, 'eth0').tag}.json"
+
+
+@pytest.fixture(params=["nftables", "iptables"])
+def world(request: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> World:
+    monkeypatch.setenv("CNI_META_STATE_ROOT", str(tmp_path / "state"))
+    monkeypatch.setenv("CNI_META_LOG_FILE", str(tmp_path / "plugins.log"))
+    return World(tmp_path, request.param)
+
+
+# ---------------------------------------------------------------------------- GC, finding 1
+
+
+def test_the_colliding_names_share_the_tag() -> None:
+    assert VICTIM != ATTACKER and network_tag(VICTIM) == network_tag(ATTACKER)
+
+
+@pytest.mark.parametrize("victim_record", ["kept", "lost"])
+def test_gc_of_a_network_leaves_another_network_whose_name_hashes_alike(
+    world: World, victim_record: str
+) -> None:
+    """The victim's pod on VICTIM, the attacker's on ATTACKER (same 32-bit tag): GC of
+    ATTACKER with no valid attachment removes the attacker's mappings only, whether the
+    victim's record is there or was lost (its elements' comments name its network)."""
+    world.add(VICTIM, "victim", "10.88.0.5", 8080)
+    alone = world.fake.dump()
+    world.add(ATTACKER, "attacker", "10.88.0.6", 9090)
+    if victim_record == "lost":
+        world.record(VICTIM, "victim").unlink()
+
+    world.gc(ATTACKER)
+
+    assert world.fake.dump() == alone
+    assert not world.record(ATTACKER, "attacker").exists()
+
+
+def test_gc_removes_its_own_networks_mappings_that_lost_their_record(world: World) -> None:
+    """The proof is the network's name: mappings of the swept network go without their
+    record too (nftables: the element comments; iptables: Go's jump comments)."""
+    world.add(VICTIM, "victim", "10.88.0.5", 8080)
+    alone = world.fake.dump()
+    world.add(ATTACKER, "attacker", "10.88.0.6", 9090)
+    world.record(ATTACKER, "attacker").unlink()
+
+    world.gc(ATTACKER)
+
+    assert world.fake.dump() == alone
+
+
+def old_naming(w: World, network: str, cid: str, port: int, ip: str) -> str:
+    """An attachment as the tag-based iptables naming left it: chain named from the tag,
+    its jump commented "portmap <tag> <network/container/ifname>"."""
+    att = Attachment(network, cid, "eth0")
+    old = xtables.old_chain_name(att)
+    nat = w.fake.xtables.table("nft", 4)
+    nat.setdefault("CNI-HOSTPORT-DNAT", [])
+    nat[old] = [f"-A {old} -p tcp -m tcp --dport {port} -j DNAT --to-destination {ip}:80"]
+    nat["CNI-HOSTPORT-DNAT"].append(
+        f"-A CNI-HOSTPORT-DNAT -p tcp -m tcp --dport {port} -m comment "
+        f'--comment "portmap {att.comment}" -j {old}'
+    )
+    entry = state.Recorded(network, cid, "eth0", backend="iptables", objects=[[4, old, "nft"]])
+    state.store().save(att, entry)
+    return old
+
+
+@pytest.mark.parametrize("victim_record", ["kept", "lost"])
+def test_iptables_gc_of_the_former_naming_leaves_another_network_whose_name_hashes_alike(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, victim_record: str
+) -> None:
+    monkeypatch.setenv("CNI_META_STATE_ROOT", str(tmp_path / "state"))
+    monkeypatch.setenv("CNI_META_LOG_FILE", str(tmp_path / "plugins.log"))
+    w = World(tmp_path, "iptables")
+    victim = old_naming(w, VICTIM, "victim", 8080, "10.88.0.5")
+    if victim_record == "lost":
+        w.record(VICTIM, "victim").unlink()
+    alone = w.fake.dump()
+    attacker = old_naming(w, ATTACKER, "attacker", 9090, "10.88.0.6")
+    lost = old_naming(w, ATTACKER, "lost", 9091, "10.88.0.7")
+    w.record(ATTACKER, "lost").unlink()
+
+    w.gc(ATTACKER)
+
+    dump = w.fake.dump()
+    assert victim in dump and attacker not in dump and lost not in dump
+    assert dump == alone
