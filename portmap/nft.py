@@ -604,15 +604,18 @@ class NftBackend:
                 and self._delete_owned(nft, att, committed)[0] == 0
             ):
                 return udp_targets(committed)
-            if candidates is None and plan is not None and not plan.empty:
-                try:
-                    candidates = plan_elements(plan)
-                except CniError as e:  # conditions nft cannot express: look at everything
-                    self.log.warning(f"cannot plan from the DEL config: {e}")
-            if candidates is None:
-                mine = sorted(e for e, c in nft.listing() if tag_of(c) == att.tag)
+            if not self.owns(recorded) and not self._may_hold(att):
+                mine: list[Element] = []  # usually the runtime's second DEL
             else:
-                mine = _owned(nft, candidates, att.tag) if candidates else []
+                if candidates is None and plan is not None and not plan.empty:
+                    try:
+                        candidates = plan_elements(plan)
+                    except CniError as e:  # conditions nft cannot express: look at everything
+                        self.log.warning(f"cannot plan from the DEL config: {e}")
+                if candidates is None:
+                    mine = sorted(e for e, c in nft.listing() if tag_of(c) == att.tag)
+                else:
+                    mine = _owned(nft, candidates, att.tag) if candidates else []
             rc, err = self._delete_owned(nft, att, mine)
             if rc != 0 and nft.table_exists():
                 # A transaction fails as a whole when one of its objects is gone (someone
@@ -629,6 +632,19 @@ class NftBackend:
 
         result: UdpTargets = self.engine.delete(att, teardown)
         return result
+
+    def _may_hold(self, att: Attachment) -> bool:
+        """Whether the table may hold elements of `att`, asked without reading anybody
+        else's: every transaction that adds or deletes an attachment's elements adds or
+        deletes its key in the owners set with them (OWNERS), so while that set is there,
+        an attachment without its key has nothing in the table. One netlink lookup each,
+        whatever the table holds; libnftables' reads would first load every element of
+        the table, under the lock every ADD and DEL of the node waits for. A table
+        without the owners set (an older release made it) may hold anything."""
+        table, key = T.split()[1], owner_element(att).key
+        if self.port.may_have_element(table, OWNERS, bytes.fromhex(key.replace(":", ""))):
+            return True
+        return not self.port.may_have_element(table, OWNERS)
 
     def _delete_owned(self, nft: Nft, att: Attachment, mine: list[Element]) -> tuple[int, str]:
         # The last attachment leaves the host as it found it, also when it has nothing
