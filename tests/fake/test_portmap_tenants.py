@@ -7,32 +7,18 @@ the real kernel, with traffic.
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from portmap import state, xtables
-from portmap.config import Attachment, network_tag
+from portmap.config import Attachment, go_chain_name, network_tag
 from tests.harness.fake_kernel import FakeKernel
 from tests.harness.fake_portmap import FakeNetfilter
+from tests.harness.names import colliding_names
 
 T = "inet cni_meta_portmap"
-
-
-def colliding_names(stem: str = "tenant") -> tuple[str, str]:
-    """Two network names whose tags (sha256(name)[:8]) are the same: a birthday search,
-    about 2^16 names."""
-    seen: dict[str, str] = {}
-    i = 0
-    while True:
-        name = f"{stem}-{i}"
-        tag = hashlib.sha256(name.encode()).hexdigest()[:8]
-        if tag in seen:
-            return seen[tag], name
-        seen[tag] = name
-        i += 1
 
 
 VICTIM, ATTACKER = colliding_names()
@@ -160,3 +146,103 @@ def test_iptables_gc_of_the_former_naming_leaves_another_network_whose_name_hash
     dump = w.fake.dump()
     assert victim in dump and attacker not in dump and lost not in dump
     assert dump == alone
+
+
+# ---------------------------------------------------------------------------- DEL, finding 4
+
+
+@pytest.mark.parametrize("config", ["no mappings", "its mappings"])
+def test_a_del_without_a_record_reads_nothing_of_the_other_tenants(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, config: str
+) -> None:
+    """Other pods hold large ranges. The runtime's second DEL of a pod (its record went
+    with the first), with a config that has no mappings or that repeats them with its
+    prevResult, asks the kernel two lookups: its key in the owners set (absent) and the
+    set (present). No listing, no `get element`: libnftables would first load every
+    element of the table, under the lock every ADD and DEL of the node waits for."""
+    monkeypatch.setenv("CNI_META_STATE_ROOT", str(tmp_path / "state"))
+    monkeypatch.setenv("CNI_META_LOG_FILE", str(tmp_path / "plugins.log"))
+    w = World(tmp_path, "nftables")
+    for i in range(3):
+        ranged = [{"hostPort": 20000 + 1000 * i, "containerPort": 20000, "range": 1000}]
+        assert w.run("ADD", w.conf(VICTIM, f"10.88.1.{i}", ranged), f"other{i}")[0] == 0
+    mine = [{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}]
+    conf = w.conf(VICTIM, "10.88.0.5", mine if config == "its mappings" else [])
+    assert w.run("ADD", w.conf(VICTIM, "10.88.0.5", mine), "ctr")[0] == 0
+    assert w.run("DEL", conf, "ctr") == (0, None)
+    others = w.fake.dump()
+    w.fake.sent(reads=True)
+
+    assert w.run("DEL", conf, "ctr") == (0, None)
+
+    key = nft_owner_key(VICTIM, "ctr")
+    assert w.fake.sent(reads=True) == (
+        f"nft lookup: element owners {key}\nnft lookup: set owners\n"
+    )
+    assert w.fake.dump() == others
+
+
+def nft_owner_key(network: str, cid: str) -> str:
+    from portmap.nft import owner_element
+
+    return owner_element(Attachment(network, cid, "eth0")).key
+
+
+def test_a_del_without_a_record_whose_key_is_there_still_finds_its_elements(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The record was lost (a state dir wiped) while the table kept the mappings: the
+    owners set says so, and the DEL removes them as before (the slow look, only then)."""
+    monkeypatch.setenv("CNI_META_STATE_ROOT", str(tmp_path / "state"))
+    monkeypatch.setenv("CNI_META_LOG_FILE", str(tmp_path / "plugins.log"))
+    w = World(tmp_path, "nftables")
+    w.add(VICTIM, "other", "10.88.0.6", 9090)
+    alone = w.fake.dump()
+    w.add(VICTIM, "ctr", "10.88.0.5", 8080)
+    w.record(VICTIM, "ctr").unlink()
+
+    assert w.run("DEL", w.conf(VICTIM, "10.88.0.5", []), "ctr") == (0, None)
+
+    assert w.fake.dump() == alone
+
+
+# ---------------------------------------------------------------------------- Go takeover, 9
+
+
+def go_made(w: World, network: str, cid: str, ip: str, port: int) -> list[str]:
+    """What the Go portmap (iptables-nft) makes for one mapping of `cid` at `ip`."""
+    name = go_chain_name(network, cid)
+    nat = w.fake.xtables.table("nft", 4)
+    comment = f'"dnat name: \\"{network}\\" id: \\"{cid}\\""'
+    jump = (f"-A CNI-HOSTPORT-DNAT -p tcp -m comment --comment {comment} "
+            f"-m multiport --dports {port} -j {name}")  # fmt: skip
+    rule = f"-A {name} -p tcp -m tcp --dport {port} -j DNAT --to-destination {ip}:80"
+    nat.setdefault("CNI-HOSTPORT-DNAT", []).append(jump)
+    nat[name] = [rule]
+    return [jump, rule]
+
+
+@pytest.mark.parametrize("prev_result", ["eth1's", "none"])
+def test_a_del_without_a_record_leaves_the_go_chain_of_a_sibling_attachment(
+    world: World, prev_result: str
+) -> None:
+    """The Go portmap set up sib/eth0 (10.88.0.5); sib/eth1 on the same network is ours.
+    DELs of eth1 without its record (the runtime's second), with eth1's prevResult or
+    none, leave Go's chain: it forwards to eth0's address, not eth1's. eth0's own DEL
+    (its prevResult) then removes it."""
+    go_made(world, VICTIM, "sib", "10.88.0.5", 8080)
+    before = world.fake.dump()
+    conf = world.conf(VICTIM, "10.88.0.6", [{"hostPort": 8081, "containerPort": 80}])
+    conf["prevResult"]["interfaces"][0]["name"] = "eth1"
+    if prev_result == "none":
+        del conf["prevResult"]
+
+    for _ in range(2):
+        run = world.kernel.run("portmap", "DEL", conf, netns=world.netns, container_id="sib",
+                               ifname="eth1", kernel=world.fake)  # fmt: skip
+        assert run == (0, None)
+
+    assert world.fake.dump() == before
+    mapping = [{"hostPort": 8080, "containerPort": 80}]
+    assert world.run("DEL", world.conf(VICTIM, "10.88.0.5", mapping), "sib") == (0, None)
+    assert go_chain_name(VICTIM, "sib") not in world.fake.dump()
