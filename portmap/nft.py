@@ -714,22 +714,29 @@ class NftBackend:
         ) as alive:  # fmt: skip
             keep = {Attachment(network, a.container_id, a.ifname).tag for a in alive}
             stale: dict[str, bool] = {}  # tag -> whether its elements go
+            unproven: set[str] = set()
 
             def is_stale(comment: str) -> bool:
                 # A tag starting with the network's hash may be another network's (two
                 # names can share that hash): only one proven to be of this network goes.
                 tag = tag_of(comment)
                 if tag not in stale:
-                    stale[tag] = (
-                        tag.startswith(prefix)
-                        and tag not in keep
-                        and (tag in forgotten or state.owner_network(self.sd, comment) == network)
-                    )
+                    stale[tag] = False
+                    if tag.startswith(prefix) and tag not in keep:
+                        owner = "" if tag in forgotten else state.owner_network(self.sd, comment)
+                        stale[tag] = tag in forgotten or owner == network
+                        if not owner and tag not in forgotten:
+                            unproven.add(tag)
                 return stale[tag]
 
             nft = Nft(self.port)
             listing = [(e, c) for e, c in nft.listing() if c]
             doomed = sorted(e for e, c in listing if is_stale(c))
+            if unproven:
+                self.log.warning(
+                    f"gc: left the mappings of {', '.join(sorted(unproven))}: no record and "
+                    "no comment says their network"
+                )
             survivors = len(listing) - len(doomed)
             if survivors == 0 and not self.sd.names() and (doomed or nft.table_exists()):
                 nft.must([f"delete table {T}"], "delete the empty portmap table")

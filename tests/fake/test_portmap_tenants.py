@@ -246,3 +246,23 @@ def test_a_del_without_a_record_leaves_the_go_chain_of_a_sibling_attachment(
     mapping = [{"hostPort": 8080, "containerPort": 80}]
     assert world.run("DEL", world.conf(VICTIM, "10.88.0.5", mapping), "sib") == (0, None)
     assert go_chain_name(VICTIM, "sib") not in world.fake.dump()
+
+
+def test_gc_leaves_a_mapping_whose_network_nothing_proves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A network name so long that the element comments (120 bytes) lose it, and no
+    record: GC cannot prove the mappings are its network's, leaves them and says so."""
+    monkeypatch.setenv("CNI_META_STATE_ROOT", str(tmp_path / "state"))
+    monkeypatch.setenv("CNI_META_LOG_FILE", str(tmp_path / "plugins.log"))
+    w = World(tmp_path, "nftables")
+    long = "n" * 120
+    w.add(long, "ctr", "10.88.0.5", 8080)
+    w.record(long, "ctr").unlink()
+    before = w.fake.dump()
+
+    w.gc(long)
+
+    assert w.fake.dump() == before
+    tag = Attachment(long, "ctr", "eth0").tag
+    assert f"gc: left the mappings of {tag}" in (tmp_path / "plugins.log").read_text()
