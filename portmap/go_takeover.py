@@ -30,10 +30,21 @@ GO_NFT_CHAINS = ("hostports", "hostip_hostports", "masquerading")
 
 
 def release(
-    network: str, container_id: str, sd: AttachmentStore, log: Log, kernel: Kernel
+    network: str,
+    container_id: str,
+    cidrs: list[str],
+    sd: AttachmentStore,
+    log: Log,
+    kernel: Kernel,
 ) -> UdpTargets:
     """Remove Go's objects of this attachment (one we have no state for); (family, host
-    ip, port) of its UDP mappings for the conntrack flush."""
+    ip, port) of its UDP mappings for the conntrack flush.
+
+    Go names them by network and container only, so another attachment of the container
+    to the network (another ifname) may own them: only what forwards to the attachment's
+    own addresses (`cidrs`: its prevResult's) is proven to be its own. Without them (a
+    DEL without prevResult, such as the runtime's second) nothing is removed here; GC
+    removes Go's objects once no attachment of the container is valid."""
     from portmap.config import go_chain_name
 
     chain = go_chain_name(network, container_id)
@@ -45,36 +56,78 @@ def release(
         if xtables.recorded_owner(sd, network, container_id, chain):
             iptables = []  # Go's name, given to another attachment of ours of this container
     go_nft = [f for f in (6, 4) if kernel.nft.has(f, GO_TABLE)]
+    if not (iptables or go_nft) or not cidrs:
+        return []
+    addresses = frozenset(_normal(cidr.partition("/")[0]) for cidr in cidrs)
     targets: UdpTargets = []
     if go_nft:
         from portmap import nft
 
         with sd.lock(nft.LOCK):  # our nftables backend's: the same writers
-            targets += _release_go_nft(kernel.nft, container_id, go_nft, log)
+            targets += _release_go_nft(kernel.nft, container_id, addresses, go_nft, log)
     if iptables:
         tools = xtables.Tools(kernel.xtables)
         with sd.lock(xtables.LOCK):  # our iptables backend's; the tools wait for xtables'
             for variant, family in iptables:
-                targets += tools.delete_chains(variant, family, (chain,))
-        log.info(f"removed the Go portmap's iptables chain {chain}, if there")
+                table = xtables.NatTable(tools.listing(variant, family, (chain, xtables.TOP)))
+                dnat = _dnat_addresses(table.lines.get(chain, []))
+                if not dnat or not dnat <= addresses:
+                    if dnat:
+                        log.info(
+                            f"left the Go portmap's chain {chain} (iptables-{variant}): it "
+                            f"forwards to {', '.join(sorted(dnat - addresses))}, not to "
+                            f"{container_id}'s {', '.join(sorted(addresses))}"
+                        )
+                    continue
+                lines, udp = xtables.removal(table, chain, family)
+                what = f"delete the Go portmap's IPv{family} chain {chain}"
+                tools.commit(variant, family, lines, what)
+                targets += udp
+                log.info(f"removed the Go portmap's iptables-{variant} chain {chain}")
     return targets
 
 
+def _normal(address: str) -> str:
+    import ipaddress
+
+    try:
+        return ipaddress.ip_address(address).compressed
+    except ValueError:
+        return address
+
+
+def _dnat_addresses(rules: list[str]) -> set[str]:
+    """The container addresses the DNAT rules among `rules` (iptables-save lines) forward
+    to: `--to-destination 10.0.0.2:80` or `[fd00::2]:80`."""
+    out = set()
+    for rule in rules:
+        words = rule.split()
+        if "--to-destination" not in words[:-1]:
+            continue
+        target = words[words.index("--to-destination") + 1]
+        if target.startswith("["):
+            address = target[1:].partition("]")[0]
+        else:
+            address = target.partition(":")[0]
+        out.add(_normal(address.partition("-")[0]))
+    return out
+
+
 def _release_go_nft(
-    port: NftKernel, container_id: str, families: list[int], log: Log
+    port: NftKernel, container_id: str, addresses: frozenset[str], families: list[int], log: Log
 ) -> UdpTargets:
     from portmap.nft import Nft, first_error
 
     nft = Nft(port)
     nft.context.set_json_output(True)
-    found = _go_nft_rules(nft, container_id, families)
+    found = _go_nft_rules(nft, container_id, addresses, families)
     if not found:
         return []
     lines = [f"delete rule {chain} handle {int(rule['handle'])}" for _, chain, rule in found]
     targets = [target for family, _, rule in found for target in _udp_target(family, rule)]
     rc, _, err = nft.run("\n".join(lines))
     # Somebody else (not taking our lock) may have removed them meanwhile: fine.
-    if rc != 0 and _go_nft_rules(nft, container_id, families):
+    if rc != 0 and _go_nft_rules(nft, container_id, addresses, families):
         raise CniError(
             KERNEL_FAILURE,
             f"cannot remove the Go portmap's rules of container {container_id}",
@@ -84,9 +137,11 @@ def _release_go_nft(
     return targets
 
 
-def _go_nft_rules(nft: Nft, container_id: str, families: list[int]) -> list[Rule]:
+def _go_nft_rules(
+    nft: Nft, container_id: str, addresses: frozenset[str], families: list[int]
+) -> list[Rule]:
     """(family, "ip cni_hostport <chain>", rule as JSON) of the rules commented with the
-    container id."""
+    container id that forward or masquerade to one of `addresses`."""
     from common.jsontext import loads
     from portmap.nft import IPX
 
@@ -99,9 +154,30 @@ def _go_nft_rules(nft: Nft, container_id: str, families: list[int]) -> list[Rule
             found += [
                 (family, chain, i["rule"])
                 for i in items
-                if isinstance(i, dict) and i.get("rule", {}).get("comment") == container_id
+                if isinstance(i, dict)
+                and i.get("rule", {}).get("comment") == container_id
+                and _container_address(i["rule"]) in addresses
             ]
     return found
+
+
+def _container_address(rule: dict[str, Any]) -> str:
+    """The container address of a Go rule, from its JSON: where its DNAT goes, else the
+    destination it masquerades ("" when it names none)."""
+    daddr = ""
+    for e in rule.get("expr", []):
+        if not isinstance(e, dict):
+            continue
+        dnat = e.get("dnat")
+        if isinstance(dnat, dict) and isinstance(dnat.get("addr"), str):
+            return _normal(dnat["addr"])
+        match = e.get("match")
+        if isinstance(match, dict) and isinstance(match.get("right"), str):
+            left = match.get("left")
+            payload = left.get("payload") if isinstance(left, dict) else None
+            if isinstance(payload, dict) and payload.get("field") == "daddr":
+                daddr = _normal(match["right"])
+    return daddr
 
 
 def _udp_target(family: int, rule: dict[str, Any]) -> UdpTargets:

@@ -23,7 +23,9 @@ if TYPE_CHECKING:
 # runtimes exec plugins with all sorts of PATHs (or none, or relative entries).
 TOOL_DIRS = ("/usr/sbin", "/sbin", "/usr/bin", "/bin", "/usr/local/sbin", "/usr/local/bin")
 _NFT_SUBSYS = 10 << 8
-_MSG_GETTABLE, _MSG_GETCHAIN = 1, 4
+_MSG_GETTABLE, _MSG_GETCHAIN, _MSG_GETSET, _MSG_GETSETELEM = 1, 4, 10, 13
+_NFPROTO_INET = 1
+_ENOENT = 2
 _LEGACY_NAMES = {4: "/proc/net/ip_tables_names", 6: "/proc/net/ip6_tables_names"}
 
 
@@ -64,6 +66,28 @@ class NftKernel:
                 nl.call(_NFT_SUBSYS | msg_type, 0, nfgenmsg(family) + attrs)
         except OSError:  # ENOENT: not there; no nf_tables here: nothing of ours in it either
             return False
+        return True
+
+    def may_have_element(self, table: str, set_name: str, key: bytes | None = None) -> bool:
+        """Whether the inet table's set may hold the element with this key (None: whether
+        the set is there): one nfnetlink request, answered with the element or with an
+        error, whatever else the set holds (libnftables' `get element` reads every set's
+        elements first). False for sure; True also when the kernel cannot say."""
+        from common.rtnl import NETLINK_NETFILTER, NLA_F_NESTED, NetlinkSocket, nla, nla_string
+
+        # NFTA_SET_ELEM_LIST_TABLE and _SET (NFTA_SET_TABLE and _NAME: the same numbers)
+        attrs = nla_string(1, table) + nla_string(2, set_name)
+        msg_type = _MSG_GETSET
+        if key is not None:
+            msg_type = _MSG_GETSETELEM
+            # NFTA_SET_ELEM_LIST_ELEMENTS > NFTA_LIST_ELEM > NFTA_SET_ELEM_KEY > NFTA_DATA_VALUE
+            element = nla(1 | NLA_F_NESTED, nla(1 | NLA_F_NESTED, nla(1, key)))
+            attrs += nla(3 | NLA_F_NESTED, element)
+        try:
+            with NetlinkSocket(NETLINK_NETFILTER) as nl:
+                nl.call(_NFT_SUBSYS | msg_type, 0, struct.pack("=BBH", _NFPROTO_INET, 0, 0) + attrs)
+        except OSError as e:
+            return e.errno != _ENOENT
         return True
 
 

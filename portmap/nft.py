@@ -604,15 +604,18 @@ class NftBackend:
                 and self._delete_owned(nft, att, committed)[0] == 0
             ):
                 return udp_targets(committed)
-            if candidates is None and plan is not None and not plan.empty:
-                try:
-                    candidates = plan_elements(plan)
-                except CniError as e:  # conditions nft cannot express: look at everything
-                    self.log.warning(f"cannot plan from the DEL config: {e}")
-            if candidates is None:
-                mine = sorted(e for e, c in nft.listing() if tag_of(c) == att.tag)
+            if not self.owns(recorded) and not self._may_hold(att):
+                mine: list[Element] = []  # usually the runtime's second DEL
             else:
-                mine = _owned(nft, candidates, att.tag) if candidates else []
+                if candidates is None and plan is not None and not plan.empty:
+                    try:
+                        candidates = plan_elements(plan)
+                    except CniError as e:  # conditions nft cannot express: look at everything
+                        self.log.warning(f"cannot plan from the DEL config: {e}")
+                if candidates is None:
+                    mine = sorted(e for e, c in nft.listing() if tag_of(c) == att.tag)
+                else:
+                    mine = _owned(nft, candidates, att.tag) if candidates else []
             rc, err = self._delete_owned(nft, att, mine)
             if rc != 0 and nft.table_exists():
                 # A transaction fails as a whole when one of its objects is gone (someone
@@ -629,6 +632,19 @@ class NftBackend:
 
         result: UdpTargets = self.engine.delete(att, teardown)
         return result
+
+    def _may_hold(self, att: Attachment) -> bool:
+        """Whether the table may hold elements of `att`, asked without reading anybody
+        else's: every transaction that adds or deletes an attachment's elements adds or
+        deletes its key in the owners set with them (OWNERS), so while that set is there,
+        an attachment without its key has nothing in the table. One netlink lookup each,
+        whatever the table holds; libnftables' reads would first load every element of
+        the table, under the lock every ADD and DEL of the node waits for. A table
+        without the owners set (an older release made it) may hold anything."""
+        table, key = T.split()[1], owner_element(att).key
+        if self.port.may_have_element(table, OWNERS, bytes.fromhex(key.replace(":", ""))):
+            return True
+        return not self.port.may_have_element(table, OWNERS)
 
     def _delete_owned(self, nft: Nft, att: Attachment, mine: list[Element]) -> tuple[int, str]:
         # The last attachment leaves the host as it found it, also when it has nothing
@@ -691,13 +707,36 @@ class NftBackend:
 
     def gc(self, network: str, valid: set[AttachmentId], before: Stamps) -> UdpTargets:
         prefix = network_tag(network) + "-"
+        forgotten: set[str] = set()  # the tags of the stale records the engine forgets
         with self.engine.collecting(
-            network, valid, owns=self.owns, unusable=prefix, before=before
-        ) as alive:
+            network, valid, state.forgetting(forgotten), owns=self.owns, unusable=prefix,
+            before=before,
+        ) as alive:  # fmt: skip
             keep = {Attachment(network, a.container_id, a.ifname).tag for a in alive}
+            stale: dict[str, bool] = {}  # tag -> whether its elements go
+            unproven: set[str] = set()
+
+            def is_stale(comment: str) -> bool:
+                # A tag starting with the network's hash may be another network's (two
+                # names can share that hash): only one proven to be of this network goes.
+                tag = tag_of(comment)
+                if tag not in stale:
+                    stale[tag] = False
+                    if tag.startswith(prefix) and tag not in keep:
+                        owner = "" if tag in forgotten else state.owner_network(self.sd, comment)
+                        stale[tag] = tag in forgotten or owner == network
+                        if not owner and tag not in forgotten:
+                            unproven.add(tag)
+                return stale[tag]
+
             nft = Nft(self.port)
-            listing = [(e, tag_of(c)) for e, c in nft.listing() if c]
-            doomed = sorted(e for e, tag in listing if tag.startswith(prefix) and tag not in keep)
+            listing = [(e, c) for e, c in nft.listing() if c]
+            doomed = sorted(e for e, c in listing if is_stale(c))
+            if unproven:
+                self.log.warning(
+                    f"gc: left the mappings of {', '.join(sorted(unproven))}: no record and "
+                    "no comment says their network"
+                )
             survivors = len(listing) - len(doomed)
             if survivors == 0 and not self.sd.names() and (doomed or nft.table_exists()):
                 nft.must([f"delete table {T}"], "delete the empty portmap table")

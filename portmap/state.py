@@ -12,11 +12,12 @@ from __future__ import annotations
 from common.env import plugin_dir
 from common.errors import CONFLICT, CniError
 from common.jsonobj import listed, text
-from common.state import AttachmentStore, Key, Record
+from common.state import AttachmentStore, Key, Record, tagged_name
 from common.values import field
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
     from common.log import Log
@@ -47,6 +48,46 @@ def owner_name(store: AttachmentStore, comment: str) -> str:
     if entry is not None and entry.network and entry.container_id and entry.ifname:
         return f"{entry.network}/{entry.container_id}/{entry.ifname}"
     return readable or tag
+
+
+_HEX = frozenset("0123456789abcdef")
+
+
+def _is_tag(tag: str) -> bool:
+    """An Attachment.tag: 8 hex digits, '-', 16 hex digits (safe to name a file by)."""
+    net, dash, att = tag.partition("-")
+    return bool(dash) and len(net) == 8 and len(att) == 16 and set(net + att) <= _HEX
+
+
+def owner_network(store: AttachmentStore, comment: str) -> str:
+    """The network of the attachment whose kernel objects carry `comment`
+    (Attachment.comment), "" when nothing proves it. Never the tag's first part alone:
+    that is a 32-bit hash of the name, which two names can share. The attachment's
+    record says it, when its owner is the one its file is named after; else the readable
+    part of the comment, which starts with the network's name and a "/" (names are plain,
+    without "/", and pass into comments unchanged) unless it was cut shorter."""
+    tag, _, readable = comment.partition(" ")
+    if _is_tag(tag):
+        entry = store.read(f"{tag}.json")
+        if entry is not None and entry.network and entry.container_id and entry.ifname:
+            try:
+                if store.file_of(entry) == f"{tag}.json":
+                    return str(entry.network)
+            except CniError:  # an owner no file could be named after: not this file's
+                pass
+    network, slash, _ = readable.partition("/")
+    return network if slash else ""
+
+
+def forgetting(tags: set[str]) -> Callable[[Recorded], None]:
+    """A teardown for the engine's GC sweep: the tag of each stale record it forgets
+    goes into `tags` (of the network swept: the sweep picks its records by their
+    network), for the kernel sweep that follows."""
+
+    def teardown(record: Recorded) -> None:
+        tags.add(tagged_name(record.network, record.container_id, record.ifname)[:-5])
+
+    return teardown
 
 
 def port_taken(store: AttachmentStore, comment: str, where: str) -> CniError:

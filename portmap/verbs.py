@@ -222,7 +222,8 @@ def delete(request: Request) -> None:
     if recorded is None:  # not made by us: perhaps by the Go portmap (see go_takeover)
         from portmap.go_takeover import release
 
-        released = release(att.network, att.container_id, sd, request.log, kernel)
+        cidrs = [ip.address for ip in prev.container_ips(att.ifname)] if prev else []
+        released = release(att.network, att.container_id, cidrs, sd, request.log, kernel)
         flush_conntrack(released, request.log, kernel)
 
 

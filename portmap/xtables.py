@@ -739,20 +739,28 @@ class XtablesBackend:
         their chains, unless another rule still jumps there."""
         targets: UdpTargets = []
         prefix = network_tag(network) + "-"
+        forgotten: set[str] = set()
         with self.engine.collecting(
-            network, valid, owns=self.owns, unusable=prefix, before=before
-        ) as alive_ids:
+            network, valid, state.forgetting(forgotten), owns=self.owns, unusable=prefix,
+            before=before,
+        ) as alive_ids:  # fmt: skip
             alive = [Attachment(network, a.container_id, a.ifname) for a in alive_ids]
             keep_tags = {a.tag for a in alive}
             keep = {go_chain_name(network, a.container_id) for a in alive}
             keep |= {second_chain_name(a) for a in alive}
+            networks: dict[str, str] = {}  # comment -> its attachment's proven network
 
             def stale(j: Jump) -> bool:
                 if not j.target.startswith(CHAIN_PREFIX):
                     return False
                 tag = j.old_owner
-                if tag:
-                    return tag.startswith(prefix) and tag not in keep_tags
+                if tag:  # its hash part may be another network's too (see owner_network)
+                    if not tag.startswith(prefix) or tag in keep_tags:
+                        return False
+                    comment = j.comment.removeprefix(OLD_COMMENT_PREFIX)
+                    if comment not in networks:
+                        networks[comment] = state.owner_network(self.sd, comment)
+                    return tag in forgotten or networks[comment] == network
                 go = parse_go_comment(j.comment)
                 return go is not None and go[0] == network and j.target not in keep
 

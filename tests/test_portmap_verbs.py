@@ -444,14 +444,15 @@ def test_del_without_any_state_succeeds_and_sends_nothing(world: World) -> None:
 
 def test_del_without_state_removes_the_go_portmaps_iptables_mappings(world: World) -> None:
     """A pod the Go portmap set up with iptables-nft: our DEL (no state of ours for it)
-    removes Go's chain and the jumps to it with the iptables tools, as our iptables
-    backend removes its own, and flushes its UDP conntrack; another Go pod's stay."""
+    removes Go's chain (its DNAT goes to the attachment's address: it is its own) and the
+    jumps to it with the iptables tools, as our iptables backend removes its own, and
+    flushes its UDP conntrack; another Go pod's stay."""
     nat = world.fake.xtables.table("nft", 4)
     nat["CNI-HOSTPORT-DNAT"] = []
     made: dict[str, list[str]] = {}
-    for cid, port in (("ctr1", 5353), ("goother", 5354)):
+    for cid, port, ip in (("ctr1", 5353, "10.88.0.5"), ("goother", 5354, "10.88.0.9")):
         name = go_chain_name(NET, cid)
-        rule = f"-A {name} -p udp -m udp --dport {port} -j DNAT --to-destination 10.88.0.9:53"
+        rule = f"-A {name} -p udp -m udp --dport {port} -j DNAT --to-destination {ip}:53"
         comment = f'"dnat name: \\"{NET}\\" id: \\"{cid}\\""'
         jump = (f"-A CNI-HOSTPORT-DNAT -p udp -m comment --comment {comment} "
                 f"-m multiport --dports {port} -j {name}")  # fmt: skip

@@ -8,8 +8,9 @@
   and maps with their elements (key, comment, data) and its chains with their rules as
   text. A buffer of several commands is one transaction (all or nothing, as libnftables
   does); `get element`, `list tables`, `list set`, `list chain` and `list table` answer in
-  libnftables' text format for what portmap asks. Its netlink look (`has`) sees the
-  iptables-nft chains of `FakeXtables`; the Go portmap's nftables table is absent.
+  libnftables' text format for what portmap asks. Its netlink looks: `has` sees the
+  iptables-nft chains of `FakeXtables` (the Go portmap's nftables table is absent),
+  `may_have_element` one element of the table (or a set).
 * iptables backend (`FakeXtables`, a `portmap.kernel.XtablesKernel`): `run` answers every
   iptables-save, iptables -S and iptables-restore call; the tools are all installed, the
   host's `iptables` is iptables-nft and there is no legacy nat table. It keeps each
@@ -74,6 +75,18 @@ class FakeNft(NftKernel):
         """The iptables-nft chains are the fake's; Go's nftables table is never there."""
         tables = self.xtables.tables
         return table == "nat" and chain is not None and chain in tables.get(("nft", family), {})
+
+    def may_have_element(self, table: str, set_name: str, key: bytes | None = None) -> bool:
+        """The netlink lookup of one element (key: raw bytes; the fake knows the owners
+        set's IPv6 keys) or of the set (key None); recorded as a read."""
+        assert table == TABLE, table
+        sets = self.table["sets"] if self.table is not None else {}
+        if key is None:
+            self.record.append(f"nft lookup: set {set_name}")
+            return set_name in sets
+        text = ":".join(key.hex()[i : i + 4] for i in range(0, len(key) * 2, 4))
+        self.record.append(f"nft lookup: element {set_name} {text}")
+        return set_name in sets and text in sets[set_name]["elems"]
 
     def run(self, text: str) -> tuple[int, str, str]:
         lines = [line.strip() for line in text.splitlines() if line.strip()]
@@ -440,6 +453,8 @@ class FakeNetfilter(Kernel):
 
     def sent(self, reads: bool = False) -> str:
         """The changes requested since the last call, one a line (and nft's reads)."""
-        out = [r for r in self.requests if reads or not r.startswith("nft read: ")]
+        out = [
+            r for r in self.requests if reads or not r.startswith(("nft read: ", "nft lookup: "))
+        ]
         self.requests.clear()
         return "".join(line + "\n" for line in out)

@@ -1,0 +1,268 @@
+"""One tenant of a shared node against another, through portmap's verbs on the fake
+netfilter (tests/harness/fake_portmap.py), without root: GC of a network whose name
+hashes like another's, a DEL without a record on a busy node, a DEL that finds a Go
+chain of a sibling attachment. tests/kernel/test_portmap_tenants.py proves the same on
+the real kernel, with traffic.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from portmap import state, xtables
+from portmap.config import Attachment, go_chain_name, network_tag
+from tests.harness.fake_kernel import FakeKernel
+from tests.harness.fake_portmap import FakeNetfilter
+from tests.harness.names import colliding_names
+
+T = "inet cni_meta_portmap"
+
+
+VICTIM, ATTACKER = colliding_names()
+
+
+class World:
+    def __init__(self, tmp_path: Path, backend: str) -> None:
+        self.backend = backend
+        self.kernel = FakeKernel(tmp_path / "netns")
+        self.netns = self.kernel.add_netns("ctr")
+        self.fake = FakeNetfilter()
+        self.state = tmp_path / "state"
+
+    def conf(self, network: str, ip: str, mappings: Any, **keys: Any) -> dict[str, Any]:
+        return {
+            "cniVersion": "1.1.0", "name": network, "type": "portmap", "backend": self.backend,
+            "runtimeConfig": {"portMappings": mappings},
+            "prevResult": {
+                "cniVersion": "1.1.0",
+                "interfaces": [{"name": "eth0", "sandbox": self.netns}],
+                "ips": [{"address": f"{ip}/16", "interface": 0}],
+            },
+            **keys,
+        }  # fmt: skip
+
+    def run(self, command: str, conf: dict[str, Any], cid: str) -> tuple[int, Any]:
+        return self.kernel.run("portmap", command, conf, netns=self.netns, container_id=cid,
+                               kernel=self.fake)  # fmt: skip
+
+    def add(self, network: str, cid: str, ip: str, port: int) -> None:
+        mapping = [{"hostPort": port, "containerPort": 80, "protocol": "tcp"}]
+        assert self.run("ADD", self.conf(network, ip, mapping), cid)[0] == 0
+
+    def gc(self, network: str, *valid: str) -> None:
+        conf = {"cniVersion": "1.1.0", "name": network, "type": "portmap",
+                "backend": self.backend,
+                "cni.dev/valid-attachments": [{"containerID": c, "ifname": "eth0"}
+                                              for c in valid]}  # fmt: skip
+        assert self.kernel.run("portmap", "GC", conf, netns="", kernel=self.fake) == (0, None)
+
+    def record(self, network: str, cid: str) -> Path:
+        return self.state / "portmap" / f"{Attachment(network, cid, 'eth0').tag}.json"
+
+
+@pytest.fixture(params=["nftables", "iptables"])
+def world(request: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> World:
+    monkeypatch.setenv("CNI_META_STATE_ROOT", str(tmp_path / "state"))
+    monkeypatch.setenv("CNI_META_LOG_FILE", str(tmp_path / "plugins.log"))
+    return World(tmp_path, request.param)
+
+
+# ---------------------------------------------------------------------------- GC, finding 1
+
+
+def test_the_colliding_names_share_the_tag() -> None:
+    assert VICTIM != ATTACKER and network_tag(VICTIM) == network_tag(ATTACKER)
+
+
+@pytest.mark.parametrize("victim_record", ["kept", "lost"])
+def test_gc_of_a_network_leaves_another_network_whose_name_hashes_alike(
+    world: World, victim_record: str
+) -> None:
+    """The victim's pod on VICTIM, the attacker's on ATTACKER (same 32-bit tag): GC of
+    ATTACKER with no valid attachment removes the attacker's mappings only, whether the
+    victim's record is there or was lost (its elements' comments name its network)."""
+    world.add(VICTIM, "victim", "10.88.0.5", 8080)
+    alone = world.fake.dump()
+    world.add(ATTACKER, "attacker", "10.88.0.6", 9090)
+    if victim_record == "lost":
+        world.record(VICTIM, "victim").unlink()
+
+    world.gc(ATTACKER)
+
+    assert world.fake.dump() == alone
+    assert not world.record(ATTACKER, "attacker").exists()
+
+
+def test_gc_removes_its_own_networks_mappings_that_lost_their_record(world: World) -> None:
+    """The proof is the network's name: mappings of the swept network go without their
+    record too (nftables: the element comments; iptables: Go's jump comments)."""
+    world.add(VICTIM, "victim", "10.88.0.5", 8080)
+    alone = world.fake.dump()
+    world.add(ATTACKER, "attacker", "10.88.0.6", 9090)
+    world.record(ATTACKER, "attacker").unlink()
+
+    world.gc(ATTACKER)
+
+    assert world.fake.dump() == alone
+
+
+def old_naming(w: World, network: str, cid: str, port: int, ip: str) -> str:
+    """An attachment as the tag-based iptables naming left it: chain named from the tag,
+    its jump commented "portmap <tag> <network/container/ifname>"."""
+    att = Attachment(network, cid, "eth0")
+    old = xtables.old_chain_name(att)
+    nat = w.fake.xtables.table("nft", 4)
+    nat.setdefault("CNI-HOSTPORT-DNAT", [])
+    nat[old] = [f"-A {old} -p tcp -m tcp --dport {port} -j DNAT --to-destination {ip}:80"]
+    nat["CNI-HOSTPORT-DNAT"].append(
+        f"-A CNI-HOSTPORT-DNAT -p tcp -m tcp --dport {port} -m comment "
+        f'--comment "portmap {att.comment}" -j {old}'
+    )
+    entry = state.Recorded(network, cid, "eth0", backend="iptables", objects=[[4, old, "nft"]])
+    state.store().save(att, entry)
+    return old
+
+
+@pytest.mark.parametrize("victim_record", ["kept", "lost"])
+def test_iptables_gc_of_the_former_naming_leaves_another_network_whose_name_hashes_alike(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, victim_record: str
+) -> None:
+    monkeypatch.setenv("CNI_META_STATE_ROOT", str(tmp_path / "state"))
+    monkeypatch.setenv("CNI_META_LOG_FILE", str(tmp_path / "plugins.log"))
+    w = World(tmp_path, "iptables")
+    victim = old_naming(w, VICTIM, "victim", 8080, "10.88.0.5")
+    if victim_record == "lost":
+        w.record(VICTIM, "victim").unlink()
+    alone = w.fake.dump()
+    attacker = old_naming(w, ATTACKER, "attacker", 9090, "10.88.0.6")
+    lost = old_naming(w, ATTACKER, "lost", 9091, "10.88.0.7")
+    w.record(ATTACKER, "lost").unlink()
+
+    w.gc(ATTACKER)
+
+    dump = w.fake.dump()
+    assert victim in dump and attacker not in dump and lost not in dump
+    assert dump == alone
+
+
+# ---------------------------------------------------------------------------- DEL, finding 4
+
+
+@pytest.mark.parametrize("config", ["no mappings", "its mappings"])
+def test_a_del_without_a_record_reads_nothing_of_the_other_tenants(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, config: str
+) -> None:
+    """Other pods hold large ranges. The runtime's second DEL of a pod (its record went
+    with the first), with a config that has no mappings or that repeats them with its
+    prevResult, asks the kernel two lookups: its key in the owners set (absent) and the
+    set (present). No listing, no `get element`: libnftables would first load every
+    element of the table, under the lock every ADD and DEL of the node waits for."""
+    monkeypatch.setenv("CNI_META_STATE_ROOT", str(tmp_path / "state"))
+    monkeypatch.setenv("CNI_META_LOG_FILE", str(tmp_path / "plugins.log"))
+    w = World(tmp_path, "nftables")
+    for i in range(3):
+        ranged = [{"hostPort": 20000 + 1000 * i, "containerPort": 20000, "range": 1000}]
+        assert w.run("ADD", w.conf(VICTIM, f"10.88.1.{i}", ranged), f"other{i}")[0] == 0
+    mine = [{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}]
+    conf = w.conf(VICTIM, "10.88.0.5", mine if config == "its mappings" else [])
+    assert w.run("ADD", w.conf(VICTIM, "10.88.0.5", mine), "ctr")[0] == 0
+    assert w.run("DEL", conf, "ctr") == (0, None)
+    others = w.fake.dump()
+    w.fake.sent(reads=True)
+
+    assert w.run("DEL", conf, "ctr") == (0, None)
+
+    key = nft_owner_key(VICTIM, "ctr")
+    assert w.fake.sent(reads=True) == (
+        f"nft lookup: element owners {key}\nnft lookup: set owners\n"
+    )
+    assert w.fake.dump() == others
+
+
+def nft_owner_key(network: str, cid: str) -> str:
+    from portmap.nft import owner_element
+
+    return owner_element(Attachment(network, cid, "eth0")).key
+
+
+def test_a_del_without_a_record_whose_key_is_there_still_finds_its_elements(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The record was lost (a state dir wiped) while the table kept the mappings: the
+    owners set says so, and the DEL removes them as before (the slow look, only then)."""
+    monkeypatch.setenv("CNI_META_STATE_ROOT", str(tmp_path / "state"))
+    monkeypatch.setenv("CNI_META_LOG_FILE", str(tmp_path / "plugins.log"))
+    w = World(tmp_path, "nftables")
+    w.add(VICTIM, "other", "10.88.0.6", 9090)
+    alone = w.fake.dump()
+    w.add(VICTIM, "ctr", "10.88.0.5", 8080)
+    w.record(VICTIM, "ctr").unlink()
+
+    assert w.run("DEL", w.conf(VICTIM, "10.88.0.5", []), "ctr") == (0, None)
+
+    assert w.fake.dump() == alone
+
+
+# ---------------------------------------------------------------------------- Go takeover, 9
+
+
+def go_made(w: World, network: str, cid: str, ip: str, port: int) -> list[str]:
+    """What the Go portmap (iptables-nft) makes for one mapping of `cid` at `ip`."""
+    name = go_chain_name(network, cid)
+    nat = w.fake.xtables.table("nft", 4)
+    comment = f'"dnat name: \\"{network}\\" id: \\"{cid}\\""'
+    jump = (f"-A CNI-HOSTPORT-DNAT -p tcp -m comment --comment {comment} "
+            f"-m multiport --dports {port} -j {name}")  # fmt: skip
+    rule = f"-A {name} -p tcp -m tcp --dport {port} -j DNAT --to-destination {ip}:80"
+    nat.setdefault("CNI-HOSTPORT-DNAT", []).append(jump)
+    nat[name] = [rule]
+    return [jump, rule]
+
+
+@pytest.mark.parametrize("prev_result", ["eth1's", "none"])
+def test_a_del_without_a_record_leaves_the_go_chain_of_a_sibling_attachment(
+    world: World, prev_result: str
+) -> None:
+    """The Go portmap set up sib/eth0 (10.88.0.5); sib/eth1 on the same network is ours.
+    DELs of eth1 without its record (the runtime's second), with eth1's prevResult or
+    none, leave Go's chain: it forwards to eth0's address, not eth1's. eth0's own DEL
+    (its prevResult) then removes it."""
+    go_made(world, VICTIM, "sib", "10.88.0.5", 8080)
+    before = world.fake.dump()
+    conf = world.conf(VICTIM, "10.88.0.6", [{"hostPort": 8081, "containerPort": 80}])
+    conf["prevResult"]["interfaces"][0]["name"] = "eth1"
+    if prev_result == "none":
+        del conf["prevResult"]
+
+    for _ in range(2):
+        run = world.kernel.run("portmap", "DEL", conf, netns=world.netns, container_id="sib",
+                               ifname="eth1", kernel=world.fake)  # fmt: skip
+        assert run == (0, None)
+
+    assert world.fake.dump() == before
+    mapping = [{"hostPort": 8080, "containerPort": 80}]
+    assert world.run("DEL", world.conf(VICTIM, "10.88.0.5", mapping), "sib") == (0, None)
+    assert go_chain_name(VICTIM, "sib") not in world.fake.dump()
+
+
+def test_gc_leaves_a_mapping_whose_network_nothing_proves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A network name so long that the element comments (120 bytes) lose it, and no
+    record: GC cannot prove the mappings are its network's, leaves them and says so."""
+    monkeypatch.setenv("CNI_META_STATE_ROOT", str(tmp_path / "state"))
+    monkeypatch.setenv("CNI_META_LOG_FILE", str(tmp_path / "plugins.log"))
+    w = World(tmp_path, "nftables")
+    long = "n" * 120
+    w.add(long, "ctr", "10.88.0.5", 8080)
+    w.record(long, "ctr").unlink()
+    before = w.fake.dump()
+
+    w.gc(long)
+
+    assert w.fake.dump() == before
+    tag = Attachment(long, "ctr", "eth0").tag
+    assert f"gc: left the mappings of {tag}" in (tmp_path / "plugins.log").read_text()
