@@ -501,7 +501,7 @@ def test_the_venv_is_built_by_the_system_python_not_the_first_on_path(tmp_path: 
     fake_bin, mark = tmp_path / "fake-bin", tmp_path / "fake-python-ran"
     fake_bin.mkdir()
     fake = fake_bin / "python3"
-    fake.write_text(f"#!/bin/sh\necho ran > {mark}\nexec /usr/bin/python3 \"$@\"\n")
+    fake.write_text(f'#!/bin/sh\necho ran > {mark}\nexec /usr/bin/python3 "$@"\n')
     fake.chmod(0o755)
     proc = failing_install(tmp_path, env={"PATH": f"{fake_bin}:{os.environ['PATH']}"})
     assert not mark.exists()
