@@ -268,14 +268,22 @@ class RtnlSocket:
         self.nl.close()
 
     def reopen(self) -> None:
-        """A fresh socket in the same netns in place of this one (see `dump`)."""
+        """A fresh socket in the same netns in place of this one (see `dump`). When the
+        netns cannot be entered any more, the old socket stays: its requests still get
+        their answers (the dump's leftovers carry another sequence number and are
+        skipped), only another dump on it would be refused."""
         from contextlib import nullcontext
 
+        from common.errors import CniError
         from common.netns import entered
 
+        try:
+            with entered(self.netns) if self.netns else nullcontext():
+                fresh = NetlinkSocket(NETLINK_ROUTE)
+        except CniError:
+            return
         self.nl.close()
-        with entered(self.netns) if self.netns else nullcontext():
-            self.nl = NetlinkSocket(NETLINK_ROUTE)
+        self.nl = fresh
 
     def request(
         self, msg: Any, msg_type: int, flags: int = 0, *, tolerate: tuple[int, ...] = ()
