@@ -94,7 +94,10 @@ class DeviceState(Value):
 
     link: Link
     qdiscs: tuple[Qdisc, ...] = ()
-    filters: tuple[Filter, ...] = ()  # on its ingress hook
+    filters: tuple[Filter, ...] = ()  # on its ingress hook, in the kernel's order (by prio)
+    # False: the hook holds more filters than were read (tc.MAX_FILTER_ENTRIES); the last
+    # group read may go on beyond them, and others follow it: none of that is ours.
+    complete: bool = True
 
     @property
     def root(self) -> Qdisc | None:

@@ -250,14 +250,26 @@ class _FilterGroup(Value):
         return f"{self.kind} filter prio {self.prio}"
 
 
-def _groups(filters: tuple[Filter, ...]) -> list[_FilterGroup]:
+_UNREAD = "more, not read"  # what a device with more filters than are read has beyond them
+
+
+def _groups(device: DeviceState) -> tuple[list[_FilterGroup], list[_FilterGroup]]:
+    """(whole groups, the group the read stopped in): when the hook held more filters
+    than were read (`complete` false), the group of the last entry read may go on beyond
+    it, so it is not judged by the part seen (it is someone else's, as what follows)."""
     by_prio: dict[tuple[int, str, int], list[Filter]] = {}
-    for f in filters:
+    for f in device.filters:
         by_prio.setdefault((f.prio, f.kind, f.protocol), []).append(f)
-    return [
-        _FilterGroup(prio, kind, proto, tuple(f for f in fs if f.is_rule))
-        for (prio, kind, proto), fs in sorted(by_prio.items())
-    ]
+    cut = None
+    if not device.complete and device.filters:
+        last = device.filters[-1]
+        cut = (last.prio, last.kind, last.protocol)
+    whole: list[_FilterGroup] = []
+    partial: list[_FilterGroup] = []
+    for (prio, kind, proto), fs in sorted(by_prio.items()):
+        group = _FilterGroup(prio, kind, proto, tuple(f for f in fs if f.is_rule))
+        (partial if (prio, kind, proto) == cut else whole).append(group)
+    return whole, partial
 
 
 def _group_is_ours(group: _FilterGroup, ifb_index: int | None, live: frozenset[int]) -> bool:
@@ -324,15 +336,16 @@ def reconcile(
     device = observed.device
     if device is not None:
         # -- the redirect of arriving traffic to the ifb
-        groups = _groups(device.filters)
+        groups, partial = _groups(device)
         ours = [g for g in groups if _group_is_ours(g, ifb_index, observed.live_indexes)]
-        foreign = [g for g in groups if g.rules and g not in ours]
+        foreign = [g for g in groups if g.rules and g not in ours] + partial
+        unread = [] if device.complete else [_UNREAD]
         parent = device.filter_parent
         if plan.ifb is not None:
-            if foreign:
+            if foreign or unread:
                 conflicts.append(
                     f"{plan.device} already has ingress filters bandwidth did not create ("
-                    + ", ".join(g.describe() for g in foreign)
+                    + ", ".join([g.describe() for g in foreign] + unread)
                     + "); redirecting all its traffic to the ifb would bypass them"
                 )
             wanted = [g for g in ours if _group_is_wanted(g, ifb_index)][:1]
@@ -348,7 +361,7 @@ def reconcile(
             ingress = device.ingress
             drop_ingress = False
             if ingress is not None and ingress_owned and ingress.kind == "ingress":
-                if foreign:
+                if foreign or unread:
                     kept.append(f"ingress qdisc on {device.link.name}: others' filters use it")
                 else:
                     drop_ingress = True
@@ -423,10 +436,11 @@ def _redirect_differences(plan: Plan, device: DeviceState, ifb: IfbState) -> lis
             f" (ifindex {ifb.link.index}){found}"
         )
     others = [f for f in rules if f not in redirects]
-    if others:
+    if others or not device.complete:
+        unread = [] if device.complete else [_UNREAD]
         out.append(
             f"{plan.device}: other ingress filters present ("
-            + ", ".join(f"{f.kind} prio {f.prio}" for f in others)
+            + ", ".join([f"{f.kind} prio {f.prio}" for f in others] + unread)
             + ")"
         )
     return out

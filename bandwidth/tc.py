@@ -44,6 +44,12 @@ SIOCGIFINDEX = 0x8933  # linux/sockios.h: a device's ifindex by its name
 TCA_EGRESS_REDIR = 1
 MATCH_ALL = ["0x0/0x0+0"]  # u32: 0 under mask 0 at offset 0, i.e. every packet
 CREATE = rtnl.NLM_F_CREATE | rtnl.NLM_F_EXCL
+# How many entries of an ingress hook's filter dump are read. Ours are one u32 filter at
+# prio 1 (three entries: the classifier, its hash table, the rule), listed first; more
+# than this are someone else's (in container mode the container's own, which it can grow
+# without bound), and reading them would make every call on the device, held under the
+# attachment's lock, as slow as they are many.
+MAX_FILTER_ENTRIES = 64
 # What the kernel answers when the object a request names is not there (any more): the
 # device (ENODEV: a host veth the kernel destroys a moment after its netns went), the
 # qdisc or filter (ENOENT; EINVAL for a qdisc the device never had). For a read that is
@@ -294,8 +300,8 @@ class Rtnl:
         if state.ingress is None:
             return state
         msg = self._tcmsg(link.index, state.filter_parent)
-        filters = self.nl.request(msg, rtnl.RTM_GETTFILTER, rtnl.NLM_F_DUMP, tolerate=GONE)
-        return DeviceState(link, qdiscs, tuple(_filter(m) for m in filters))
+        filters, more = self.nl.dump(msg, rtnl.RTM_GETTFILTER, MAX_FILTER_ENTRIES, tolerate=GONE)
+        return DeviceState(link, qdiscs, tuple(_filter(m) for m in filters), complete=not more)
 
     def observe(self, device: Link | None, ifb: str, *, ifb_qdisc: bool = True) -> Observed:
         """What `device` and the ifb named `ifb` have. `ifb_qdisc` false: the ifb's root

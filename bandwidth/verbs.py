@@ -46,7 +46,16 @@ def _engine(request: Request) -> Engine:
     from bandwidth import record
     from common.attachment import Engine
 
-    return Engine(record.store(request.log), request.log)
+    return Engine(record.store(request.log), request.log, each=_lock_key)
+
+
+def _lock_key(owner: Owner) -> str:
+    """Whose calls exclude each other: an attachment's objects are its device's qdiscs
+    and filters and its ifb, named after the network and container (`_names`), so two
+    interfaces of one container on one network share a lock; every other attachment's
+    ADD and DEL run beside them (a container that made its own device slow to read
+    holds up no one else's call). GC takes the store's lock alone."""
+    return f"{owner.network}/{owner.container_id}"
 
 
 def _prev_result(request: Request) -> Result:

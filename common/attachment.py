@@ -5,7 +5,10 @@ A plugin's verbs supply what is theirs: parse, plan, observe/reconcile and apply
 their kernel port. The engine supplies the rest, the same for everyone:
 
 - **lock**: every verb runs under the store's lock (or the one named), so an ADD, a DEL
-  and a GC of the same attachment never interleave;
+  and a GC of the same attachment never interleave. With `each` (a lock per attachment),
+  ADD and DEL hold that lock shared plus their attachment's own, so calls of different
+  attachments run side by side (one container's slow call stalls no other), while GC
+  holds it exclusively: it still sees a store no ADD is writing;
 - **intent before the kernel**: `Change.intend(record)` writes the record with
   ``committed`` false before the kernel is touched. A record means one thing for every
   plugin: an intent says "these objects *may* exist" (the plugin was killed, or failed,
@@ -32,6 +35,7 @@ API (records are common.state.Record: `network`, `container_id`, `ifname`, `comm
 and the plugin's own fields):
 
     engine = Engine(store, log, lock="")      # lock: a lock file name; "" = the store's
+    Engine(store, log, each=key_of)            # key_of(owner) -> str: a lock per key
 
     with engine.add(owner) as change:          # lock taken, change.previous loaded
         change.previous                        # the record before this ADD, or None
@@ -147,7 +151,7 @@ class _Adding:
 
     def __enter__(self) -> Change:
         engine = self.engine
-        lock = engine.store.lock(engine.lock)
+        lock = engine.locked(self.owner)
         lock.__enter__()
         try:
             self.change = Change(engine.store, self.owner, engine.log)
@@ -172,13 +176,58 @@ class _Adding:
             self._lock.__exit__(kind, error, tb)
 
 
-class Engine:
-    """The lifecycle of one plugin's attachments in `store` (see the module docstring)."""
+class _Both:
+    """Two locks taken in order for one block, released in reverse (a class, not
+    contextlib: see _Adding)."""
 
-    def __init__(self, store: AttachmentStore, log: Log, lock: str = "") -> None:
+    __slots__ = ("inner", "outer")
+
+    def __init__(self, outer: AbstractContextManager[None], inner: AbstractContextManager[None]):
+        self.outer, self.inner = outer, inner
+
+    def __enter__(self) -> None:
+        self.outer.__enter__()
+        try:
+            self.inner.__enter__()
+        except BaseException as e:
+            self.outer.__exit__(type(e), e, e.__traceback__)
+            raise
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            self.inner.__exit__(*exc)
+        finally:
+            self.outer.__exit__(*exc)
+
+
+class Engine:
+    """The lifecycle of one plugin's attachments in `store` (see the module docstring).
+
+    `each`: the key of an attachment's own lock (attachments whose kernel objects may
+    meet share a key); None: every call holds the store's lock alone."""
+
+    def __init__(
+        self,
+        store: AttachmentStore,
+        log: Log,
+        lock: str = "",
+        *,
+        each: Callable[[Owner], str] | None = None,
+    ) -> None:
         self.store = store
         self.log = log
         self.lock = lock
+        self.each = each
+
+    def locked(self, owner: Owner) -> AbstractContextManager[None]:
+        """The lock ADD and DEL of `owner` hold: the store's, or with `each` the store's
+        shared and then the attachment's own, one byte of `attachments.<lock file>`."""
+        store = self.store
+        if self.each is None:
+            return store.lock(self.lock)
+        shared = store.lock(self.lock, shared=True)
+        own = store.lock(f"attachments.{self.lock or store.lock_name}", key=self.each(owner))
+        return _Both(shared, own)
 
     def add(self, owner: Owner) -> AbstractContextManager[Change]:
         return _Adding(self, owner)
@@ -186,7 +235,7 @@ class Engine:
     def delete(self, owner: Owner, teardown: Callable[[Any], Any]) -> Any:
         """Tear down what the record says (None: there is no usable one; the plugin finds
         what it can from the kernel) and forget it; returns what `teardown` returns."""
-        with self.store.lock(self.lock):
+        with self.locked(owner):
             result = teardown(self.store.load(owner))
             self.store.forget(owner)
             return result
@@ -225,7 +274,7 @@ class Engine:
         store = self.store
         if before is None:
             before = store.stamps()  # before the lock, which an ADD in flight may hold
-        with store.lock(self.lock):
+        with store.lock(self.lock):  # exclusive, also with `each`: no ADD or DEL runs
             if unusable is not None:
                 for name, problem in store.unusable(before, unusable):
                     store.remove(name)

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Generator, Iterator
     from typing import Any
 
 NETLINK_ROUTE = 0
@@ -259,12 +259,31 @@ class RtnlSocket:
 
         from common.netns import entered  # looked up at each call: crash points wrap it
 
+        self.netns = netns
         with entered(netns) if netns else nullcontext():  # a bad netns fails before pyroute2
             self.modules = pyroute2(tc)
             self.nl = NetlinkSocket(NETLINK_ROUTE)
 
     def close(self) -> None:
         self.nl.close()
+
+    def reopen(self) -> None:
+        """A fresh socket in the same netns in place of this one (see `dump`). When the
+        netns cannot be entered any more, the old socket stays: its requests still get
+        their answers (the dump's leftovers carry another sequence number and are
+        skipped), only another dump on it would be refused."""
+        from contextlib import nullcontext
+
+        from common.errors import CniError
+        from common.netns import entered
+
+        try:
+            with entered(self.netns) if self.netns else nullcontext():
+                fresh = NetlinkSocket(NETLINK_ROUTE)
+        except CniError:
+            return
+        self.nl.close()
+        self.nl = fresh
 
     def request(
         self, msg: Any, msg_type: int, flags: int = 0, *, tolerate: tuple[int, ...] = ()
@@ -278,15 +297,46 @@ class RtnlSocket:
                 return []
             raise
 
+    def dump(
+        self, msg: Any, msg_type: int, limit: int, *, tolerate: tuple[int, ...] = ()
+    ) -> tuple[list[Any], bool]:
+        """The first `limit` replies of a dump of `msg`, and whether the kernel had more.
+
+        The rest is never read: what a dump lists may be someone else's to grow (a
+        container with NET_ADMIN adds filters in its own netns), and a call's work must
+        not grow with it. The kernel would go on with an unfinished dump on this socket
+        at every later read (and refuse another dump on it), so the socket is replaced
+        by a fresh one in the same netns."""
+        found: list[Any] = []
+        replies = self.replies(msg, msg_type, NLM_F_DUMP)
+        try:
+            for reply in replies:
+                if len(found) == limit:
+                    break
+                found.append(reply)
+            else:
+                return found, False
+        except NetlinkError as e:
+            if e.errno in tolerate:
+                return [], False
+            raise
+        finally:
+            replies.close()
+        self.reopen()
+        return found, True
+
     def exchange(self, msg: Any, msg_type: int, flags: int) -> list[Any]:
-        """`msg` to the kernel, its replies decoded (where the unit tests' fake answers)."""
+        """`msg` to the kernel, its replies decoded."""
+        return list(self.replies(msg, msg_type, flags))
+
+    def replies(self, msg: Any, msg_type: int, flags: int) -> Generator[Any]:
+        """`msg` to the kernel, each reply decoded as it is read (where the unit tests'
+        fake answers)."""
         msg.encode()
-        replies = []
         for chunk in self.nl.request(msg_type, flags, msg.data[NLMSG_HDRLEN:]):
             reply = type(msg)(chunk)
             reply.decode()
-            replies.append(reply)
-        return replies
+            yield reply
 
     def link(self, name: str = "", index: int = 0) -> Any:
         """The ifinfmsg of the device named `name`, or else of the one with ifindex

@@ -351,16 +351,21 @@ class StateDir:
         with os.scandir(dir_fd) as entries:
             return any(e.name.endswith(".json") and e.name != name for e in entries)
 
-    def lock(self, name: str = "", timeout: float | None = None) -> AbstractContextManager[None]:
+    def lock(
+        self, name: str = "", timeout: float | None = None, *, shared: bool = False, key: str = ""
+    ) -> AbstractContextManager[None]:
         """An exclusive lock between plugin processes, taken when the `with` block is
-        entered; error 11 when it stays taken.
+        entered; error 11 when it stays taken. `shared`: a shared one (many holders, none
+        while an exclusive one is held). `key`: the lock of that key alone, one of many
+        in the one file `name` (see flock_with_deadline).
 
         The lock file stays after the block, on purpose: a waiter on an unlinked file and a
         newcomer locking a fresh one would be two holders at once.
         """
         self.ensure()
         name = name or self.lock_name
-        return flock_with_deadline(self.path(name), timeout, dir_fd=self._fd)
+        return flock_with_deadline(self.path(name), timeout, dir_fd=self._fd, shared=shared,
+                                   key=key)  # fmt: skip
 
 
 class AttachmentStore(StateDir):
@@ -658,8 +663,20 @@ def _on_alarm(signum: int, frame: object) -> None:
     raise _Expired
 
 
-def _flock(fd: int, path: str, timeout: float) -> bool:
-    """Lock `fd` exclusively; False when it is still taken after `timeout` seconds.
+def _take(fd: int, operation: int, byte: int) -> None:
+    """flock(2) the file (`byte` < 0), or lock its one byte at offset `byte` (a POSIX
+    record lock: a file holds as many locks as it has bytes, and no file per lock is
+    left behind)."""
+    if byte < 0:
+        fcntl.flock(fd, operation)
+    else:
+        fcntl.lockf(fd, operation, 1, byte)
+
+
+def _flock(fd: int, path: str, timeout: float, operation: int = fcntl.LOCK_EX,
+           byte: int = -1) -> bool:  # fmt: skip
+    """Lock `fd` (`operation`: LOCK_EX or LOCK_SH; `byte`, see _take); False when it is
+    still taken after `timeout` seconds.
 
     The wait is a blocking flock cut off by SIGALRM: a blocked flock is woken the moment
     the holder lets go, where a poller with sleeps loses that race to every caller that
@@ -667,7 +684,7 @@ def _flock(fd: int, path: str, timeout: float) -> bool:
     one dataDir lock). Signals need the main thread: plugin code runs there.
     """
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        _take(fd, operation | fcntl.LOCK_NB, byte)
         return True
     except OSError as e:
         if e.errno not in (errno.EWOULDBLOCK, errno.EACCES):
@@ -678,7 +695,7 @@ def _flock(fd: int, path: str, timeout: float) -> bool:
     try:
         signal.setitimer(signal.ITIMER_REAL, max(timeout, 0.001))
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            _take(fd, operation, byte)
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
         return True
@@ -700,14 +717,27 @@ class flock_with_deadline:  # lower case: called like the function it was
     inside the block holds it too until it exits. With `dir_fd`, `path` is opened by its
     last component in that directory (StateDir: the directory it checked).
 
+    `shared`: a shared flock. `key`: instead of the whole file, the one byte of it at an
+    offset hashed from `key` (a POSIX record lock, also released when the holder dies):
+    a lock per attachment without a file per attachment. Two keys that hash alike share
+    a lock, which only serializes them. Record locks belong to the process and go with
+    any close of the file in it: only this class opens such a file, once per block.
+
     A class rather than a @contextmanager generator: contextlib (with functools and
     collections) is not otherwise loaded by a DEL that finds nothing to do.
     """
 
-    __slots__ = ("dir_fd", "fd", "path", "timeout")
+    __slots__ = ("byte", "dir_fd", "fd", "operation", "path", "timeout")
 
-    def __init__(self, path: str, timeout: float | None = None, *, dir_fd: int | None = None):
+    def __init__(self, path: str, timeout: float | None = None, *, dir_fd: int | None = None,
+                 shared: bool = False, key: str = ""):  # fmt: skip
         self.path, self.timeout, self.dir_fd, self.fd = path, timeout, dir_fd, -1
+        self.operation = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
+        self.byte = -1
+        if key:
+            from common.digest import sha256_hex
+
+            self.byte = int(sha256_hex(key.encode())[:15], 16)  # below 2**60: any off_t
 
     def __enter__(self) -> None:
         path = self.path
@@ -718,7 +748,7 @@ class flock_with_deadline:  # lower case: called like the function it was
         except OSError as e:
             raise CniError(IO_FAILURE, f"cannot open lock file {path}", str(e)) from None
         try:
-            if not _flock(fd, path, timeout):
+            if not _flock(fd, path, timeout, self.operation, self.byte):
                 raise CniError(
                     TRY_AGAIN_LATER,
                     f"another plugin call holds {path}",

@@ -33,6 +33,13 @@
 #
 # An install or uninstall over one that had the retired resident helper stops and removes
 # its systemd unit (on the running system only: not below --root) and its launcher.
+#
+# The venv is built by the system's interpreter, /usr/bin/python3 (--python to choose
+# another), never by whichever python3 comes first on PATH (pyenv, a conda base): the
+# plugins kubelet runs must not depend on a user's interpreter. Every Python this script
+# runs is in isolated mode (-I): a venv.py or pip/ in the working directory is not
+# imported. An install that stops half-way (pip fails, a signal) removes what it made
+# (the new tree, the prefix and the record when it created them) before it exits.
 set -eu
 
 MARKER="cni-meta-plugins launcher"
@@ -41,7 +48,7 @@ SYSTEM_PATH="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 bin_dir=${CNI_BIN_DIR:-/opt/cni/bin}
 prefix=${CNI_META_PREFIX:-/opt/cni-meta-plugins}
 root=""
-python=${PYTHON:-python3}
+python=/usr/bin/python3
 venv=""
 bundle=""
 source_dir=$(cd "$(dirname "$0")/.." && pwd)
@@ -51,13 +58,13 @@ quiet=""
 bin_dir_given=""
 
 usage() {
-    sed -n '2,35s/^# \{0,1\}//p' "$0"
+    sed -n '2,42s/^# \{0,1\}//p' "$0"
     cat <<EOF
 options:
   --bin-dir DIR    CNI bin dir to install into (default /opt/cni/bin, env CNI_BIN_DIR)
   --prefix DIR     where our runtime lives (default /opt/cni-meta-plugins, env CNI_META_PREFIX)
   --root DIR       write below DIR; launchers refer to paths inside it (default: /)
-  --python PY      interpreter used to build the venv (default python3, env PYTHON)
+  --python PATH    interpreter used to build the venv (default /usr/bin/python3)
   --venv DIR       use this existing environment instead of building a venv
   --bundle DIR     copy this relocatable bundle (deploy/build-bundle.sh) instead
   --source DIR     project source to pip-install (default: this script's repository)
@@ -83,7 +90,7 @@ while [ $# -gt 0 ]; do
         --uninstall) action=uninstall; shift ;;
         --quiet|-q) quiet=1; shift ;;
         -h|--help) usage; exit 0 ;;
-        *) usage >&2; die "unknown argument: $1" ;;
+        *) echo "install.sh: unknown argument: $1 (see --help)" >&2; exit 2 ;;
     esac
 done
 
@@ -152,6 +159,33 @@ claim() {
     ! exists "$R_PREFIX/$1" \
         || die "$R_PREFIX/$1 exists and was not made by install.sh: choose another --prefix"
     note_made "$1"
+    run_made="$run_made $1"
+}
+
+# What this run made, undone when it stops before a launcher names its new tree: an
+# aborted install leaves the prefix as it found it. From the first launcher on, the new
+# tree is in use and stays (a later run or --uninstall finds it recorded).
+run_made=""      # names below PREFIX this run created (and recorded)
+record_made=""   # this run wrote the first record (and made the prefix when prefix_made)
+prefix_made=""
+in_use=""        # set once a launcher may name the new tree
+src_copy=""      # the copy of the source pip builds from
+cleanup() {
+    status=$?
+    trap - EXIT
+    if [ -n "$src_copy" ]; then rm -rf "$src_copy"; fi
+    if [ "$status" -ne 0 ] && [ -z "$in_use" ]; then
+        for name in $run_made; do
+            rm -rf "${R_PREFIX:?}/$name"
+            if [ -z "$record_made" ]; then forget "$name" || true; fi
+        done
+        if [ -n "$record_made" ]; then rm -f "$RECORD"; fi
+        if [ -n "$prefix_made" ]; then rmdir "$R_PREFIX" 2>/dev/null || true; fi
+        if [ -n "$run_made$record_made" ]; then
+            echo "install.sh: stopped; removed what this run had made below $R_PREFIX" >&2
+        fi
+    fi
+    exit "$status"
 }
 
 # The retired resident helper: its unit (the one `make install-helper` wrote, running our
@@ -313,15 +347,16 @@ prepare_runtime() { # sets $interp (as seen from inside root) and $tree (the new
     [ -f "$source_dir/pyproject.toml" ] || die "no project source in $source_dir (use --source)"
     command -v "$python" >/dev/null || die "no interpreter $python (use --python)"
     new_tree venv
-    say "building a venv in $R_PREFIX/$fresh from $source_dir"
-    "$python" -m venv "$R_PREFIX/$fresh"
+    say "building a venv in $R_PREFIX/$fresh from $source_dir with $python"
+    # -I: the working directory is not on sys.path (a planted venv.py or pip/ would run as
+    # root otherwise), and PYTHON* variables are ignored.
+    "$python" -I -m venv "$R_PREFIX/$fresh" || die "$python -m venv failed"
     # Build from a copy: pip must not drop build/ or *.egg-info into the source tree.
     src_copy=$(mktemp -d)
-    trap 'rm -rf "$src_copy"' EXIT
     (cd "$source_dir" && tar --exclude=./.venv --exclude=./.git --exclude='*/__pycache__' \
         --exclude=./build --exclude='*.egg-info' -cf - .) | tar -C "$src_copy" -xf -
-    "$R_PREFIX/$fresh/bin/python" -m pip install -q --disable-pip-version-check "$src_copy" \
-        || { rm -rf "${R_PREFIX:?}/$fresh"; forget "$fresh"; die "pip install failed"; }
+    "$R_PREFIX/$fresh/bin/python" -I -m pip install -q --disable-pip-version-check "$src_copy" \
+        || die "pip install failed"
     tree=$fresh
     interp="$prefix/$fresh/bin/python"
 }
@@ -355,9 +390,12 @@ install() {
     adopt_old_record
     preflight
     if [ ! -d "$R_PREFIX" ]; then
+        record_made=1
         mkdir -p "$R_PREFIX"
+        prefix_made=1
         printf 'format=2\nmade=.\n' >"$RECORD"
     elif [ ! -f "$RECORD" ]; then
+        record_made=1
         echo format=2 >"$RECORD"
     fi
     retire_helper
@@ -372,6 +410,7 @@ install() {
         if is_ours "$R_BIN/$p"; then plugins="$plugins $p"; fi
     done
     mkdir -p "$R_BIN"
+    in_use=1
     for p in $plugins; do
         target="$R_BIN/$p"
         if [ -e "$target" ] && ! is_ours "$target"; then
@@ -410,5 +449,10 @@ install() {
 if [ "$action" = uninstall ]; then
     uninstall
 else
+    trap cleanup EXIT
+    # A signal ends the run through the EXIT trap, with the shell's usual status.
+    trap 'exit 129' HUP
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
     install
 fi

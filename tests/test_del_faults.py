@@ -79,7 +79,14 @@ def watch_rtnl(monkeypatch: pytest.MonkeyPatch, faults: Faults) -> None:
         faults.step(f"{RTM_NAMES[msg_type]}({msg['index']})", lambda: vanish(sock, msg))
         return original(sock, msg, msg_type, flags, **kw)
 
+    original_dump = RtnlSocket.dump
+
+    def dump(sock: RtnlSocket, msg: Any, msg_type: int, limit: int, **kw: Any) -> Any:
+        faults.step(f"{RTM_NAMES[msg_type]}({msg['index']})", lambda: vanish(sock, msg))
+        return original_dump(sock, msg, msg_type, limit, **kw)
+
     monkeypatch.setattr(RtnlSocket, "request", request)
+    monkeypatch.setattr(RtnlSocket, "dump", dump)
 
 
 def run_verb(

@@ -445,3 +445,98 @@ def test_a_call_running_during_an_upgrade_imports_only_its_own_tree(
     assert not old_tree.exists()
     install("--quiet", "--uninstall", *where)
     assert not prefix.exists()
+
+
+# ------------------------------------------------ whose Python runs, and an aborted install
+
+
+def failing_install(
+    tmp_path: Path, *args: str, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """An install that builds a venv and whose pip then fails at once: the source's
+    pyproject.toml is not TOML and no index is asked (PIP_NO_INDEX)."""
+    source = tmp_path / "broken-source"
+    source.mkdir(exist_ok=True)
+    (source / "pyproject.toml").write_text("[project\nthis is not toml\n")
+    proc = subprocess.run(
+        [str(INSTALL), "--quiet", "--source", str(source), "--bin-dir", str(tmp_path / "bin"),
+         "--prefix", str(tmp_path / "prefix"), *args],
+        capture_output=True, text=True, check=False, cwd=cwd or tmp_path,
+        env={**os.environ, "PIP_NO_INDEX": "1", **(env or {})},
+    )  # fmt: skip
+    return proc
+
+
+PLANTED = {
+    # what a local user could leave in the directory root runs install.sh from
+    "venv.py": {"venv.py": "import pathlib; pathlib.Path({mark!r}).write_text('venv.py ran')\n"},
+    "pip/": {
+        "pip/__init__.py": "",
+        "pip/__main__.py": "import pathlib; pathlib.Path({mark!r}).write_text('pip/ ran')\n",
+    },
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("planted", PLANTED)
+def test_a_venv_py_or_pip_planted_in_the_cwd_is_not_run(tmp_path: Path, planted: str) -> None:
+    """Finding 6 of issue 29: `python -m venv` and `-m pip` without -I imported a venv.py
+    or pip/ from the working directory, as root."""
+    cwd, mark = tmp_path / "cwd", tmp_path / "planted-code-ran"
+    for name, text in PLANTED[planted].items():
+        (cwd / name).parent.mkdir(parents=True, exist_ok=True)
+        (cwd / name).write_text(text.format(mark=str(mark)))
+    proc = failing_install(tmp_path, cwd=cwd)
+    assert not mark.exists(), mark.read_text()
+    assert proc.returncode == 1
+    assert "pip install failed" in proc.stderr  # the real venv and pip ran, up to pip's end
+    # ... and the aborted install left nothing: no tree, no record, no prefix
+    assert not (tmp_path / "prefix").exists(), listing(tmp_path / "prefix")
+
+
+@pytest.mark.slow
+def test_the_venv_is_built_by_the_system_python_not_the_first_on_path(tmp_path: Path) -> None:
+    """Where python3 on PATH is not the system's (pyenv, conda), the node's venv was
+    built with it: the default is /usr/bin/python3."""
+    fake_bin, mark = tmp_path / "fake-bin", tmp_path / "fake-python-ran"
+    fake_bin.mkdir()
+    fake = fake_bin / "python3"
+    fake.write_text(f'#!/bin/sh\necho ran > {mark}\nexec /usr/bin/python3 "$@"\n')
+    fake.chmod(0o755)
+    proc = failing_install(tmp_path, env={"PATH": f"{fake_bin}:{os.environ['PATH']}"})
+    assert not mark.exists()
+    assert "pip install failed" in proc.stderr
+    # --python still chooses another one
+    failing_install(tmp_path, "--python", str(fake))
+    assert mark.exists()
+
+
+def test_an_install_aborted_midway_leaves_no_tree_and_no_record(tmp_path: Path) -> None:
+    """Finding 6 of issue 29: a failed `python -m venv` left an empty, recorded tree (and
+    the prefix and its record) behind."""
+    proc = failing_install(tmp_path, "--python", "/bin/false")
+    assert not (tmp_path / "prefix").exists(), listing(tmp_path / "prefix")
+    assert proc.returncode == 1
+    assert "-m venv failed" in proc.stderr
+
+
+def test_an_upgrade_aborted_midway_leaves_the_install_as_it_was(tmp_path: Path) -> None:
+    prefix, bin_dir = tmp_path / "prefix", tmp_path / "bin"
+    install("--quiet", "--venv", str(VENV), "--bin-dir", str(bin_dir), "--prefix", str(prefix))
+
+    def contents() -> dict[Path, bytes | None]:
+        found = [*prefix.rglob("*"), *bin_dir.rglob("*")]
+        return {p: None if p.is_dir() else p.read_bytes() for p in found}
+
+    before = contents()
+    assert failing_install(tmp_path, "--python", "/bin/false").returncode == 1
+    assert contents() == before
+
+
+def test_an_unknown_flag_is_named_in_one_line_with_exit_2(tmp_path: Path) -> None:
+    """Issue 33 item 6: an unknown flag printed the whole help."""
+    proc = subprocess.run([str(INSTALL), "--frobnicate"], capture_output=True, text=True,
+                          check=False)  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr == "install.sh: unknown argument: --frobnicate (see --help)\n"
+    assert proc.stdout == ""

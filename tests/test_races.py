@@ -61,11 +61,17 @@ def proc_state(pid: int) -> str:
 
 
 def blocked_on_flock(pid: int) -> bool:
-    """Whether `pid` waits for an flock (a `->` line of /proc/locks names the waiters)."""
+    """Whether `pid` waits for a lock: an flock, or a record lock (bandwidth's lock per
+    attachment, common.state). A `->` line of /proc/locks names the waiters."""
     with open("/proc/locks") as f:
         for line in f:
             parts = line.split()
-            if len(parts) > 5 and parts[1] == "->" and parts[2] == "FLOCK" and parts[5] == str(pid):
+            if (
+                len(parts) > 5
+                and parts[1] == "->"
+                and parts[2] in ("FLOCK", "POSIX")
+                and parts[5] == str(pid)
+            ):
                 return True
     return False
 

@@ -24,7 +24,7 @@ import io
 import json
 import os
 from _socket import ntohs
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -88,6 +88,8 @@ class FakeKernel:
         self.namespaces = {"": self.host}
         self.next_index = 2
         self.requests: list[str] = []  # every change, as described by `_describe`
+        self.replies_read = 0  # replies the plugin took from its sockets (reads included)
+        self.reopened = 0  # sockets replaced after a dump left unfinished (RtnlSocket.dump)
         self.faults: list[tuple[str, int | Callable[[], None]]] = []
         self.add_link(self.host, "lo", "", index=1, mtu=65536, mac="00:00:00:00:00:00")
 
@@ -243,7 +245,9 @@ class FakeKernel:
 
     # -- rtnetlink
 
-    def request(self, ns: FakeNetns, msg: Any, msg_type: int, flags: int) -> list[Any]:
+    def request(self, ns: FakeNetns, msg: Any, msg_type: int, flags: int) -> Iterator[Any]:
+        """The replies, made as they are read (a dump the plugin stops reading is not
+        made to its end), after the request's fault and description."""
         kind = RTM_NAMES[msg_type]
         description = f"{ns.name}: {kind} {_describe(ns, msg, flags)}"
         try:
@@ -255,7 +259,8 @@ class FakeKernel:
         if not kind.startswith("RTM_GET"):
             self.requests.append(description)
         handler = getattr(self, "_" + kind[4:].lower())
-        return list(handler(ns, msg, flags))
+        replies: Iterator[Any] = handler(ns, msg, flags)
+        return replies
 
     def _find(self, ns: FakeNetns, msg: Any) -> FakeLink:
         name = msg.get_attr("IFLA_IFNAME")
@@ -413,15 +418,21 @@ class FakeSocket(rtnl.RtnlSocket):
 
     def __init__(self, kernel: FakeKernel, ns: FakeNetns, tc: bool = True) -> None:
         self.kernel, self.ns, self.modules = kernel, ns, pyroute2(tc)
+        self.netns = ns.path
 
     def close(self) -> None:
         pass
 
-    def exchange(self, msg: Any, msg_type: int, flags: int) -> list[Any]:
+    def reopen(self) -> None:
+        self.kernel.reopened += 1
+
+    def replies(self, msg: Any, msg_type: int, flags: int) -> Generator[Any]:
         dump = flags & rtnl.NLM_F_DUMP == rtnl.NLM_F_DUMP
         flags |= rtnl.NLM_F_REQUEST | (0 if dump else rtnl.NLM_F_ACK)
         msg["header"]["type"], msg["header"]["flags"] = msg_type, flags
-        return self.kernel.request(self.ns, _encoded(msg), msg_type, flags)
+        for reply in self.kernel.request(self.ns, _encoded(msg), msg_type, flags):
+            self.kernel.replies_read += 1
+            yield reply
 
 
 # ---------------------------------------------------------------------------- messages
