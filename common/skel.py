@@ -207,7 +207,9 @@ def run(
 
                 result = conf.prev_result or Result()
             _emit(out, result.to_json(conf.cni_version))
-        log.debug("ok")
+        # What the verb did is the plugin's own line (e.g. tuning's "set ..."): this one
+        # says that the call as a whole succeeded, at the level an operator reads.
+        log.info("succeeded")
         return 0
     except Exception as e:
         if isinstance(e, CniError):
