@@ -196,6 +196,8 @@ def run(
         raw = decode(data)
         log = _make_log(plugin.name, raw, environ)
         conf = parse_netconf(raw)
+        # Sizes and versions only: the config may carry secrets (args, runtimeConfig).
+        log.debug(f"called with a {len(data)}-byte config of cniVersion {conf.cni_version}")
         error_version = conf.cni_version
         versions.require_verb(command, conf.cni_version)
         request = Request(invocation, conf, log, environ, kernel)
