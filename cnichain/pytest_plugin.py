@@ -1,14 +1,17 @@
 """pytest fixtures that run real CNI chains in throwaway network namespaces.
 
 Installed with the package and loaded by pytest on its own (the `pytest11` entry point).
-Tests that use the fixtures need root; they never touch the machine's own namespace: the
-plugins run inside a throwaway "host" namespace and the containers are others.
+Tests that use the fixtures need root (without it they are skipped, saying so); they
+never touch the machine's own namespace: the plugins run inside a throwaway "host"
+namespace and the containers are others. It imports no plugin and not their `common`
+package, so a test suite's own `common` module stays importable.
 
 * `cni_netns` - a factory: `cni_netns("role")` makes a namespace that is deleted after the
   test.
-* `cni_chain` - a `ChainLab`: a host namespace (IP forwarding on), a container namespace,
-  private state, log and cache dirs, `network(conflist)` to bind a list to them and
-  `attach(network)` to ADD a container; every attachment still up is DELeted afterwards.
+* `cni_chain` - a `ChainLab` (cnichain.lab): a host namespace (IP forwarding on), a
+  container namespace, private state, log and cache dirs, `network(conflist)` to bind a
+  list to them and `attach(network)` to ADD a container; every attachment still up is
+  DELeted afterwards.
 * `cni_netns_prefix` - the namespaces' name prefix ("cnit"); override it in a conftest.py.
 
 Cleanup runs after failing tests too. What cleanup cannot remove is not hidden: a DEL that
