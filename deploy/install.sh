@@ -412,8 +412,11 @@ install() {
 # effective list is the last `cni_plugin_dirs` of the [network] tables of the files podman
 # reads, in its order; without one, that default.
 PODMAN_DEFAULT_DIRS="/usr/local/libexec/cni /usr/libexec/cni /usr/local/lib/cni /usr/lib/cni /opt/cni/bin"
-podman_plugin_dirs() {
+podman_plugin_dirs() { # -> line 1: the file to change, line 2: the dirs podman searches
     dirs=$PODMAN_DEFAULT_DIRS
+    # A setting in /usr/share or /etc is overridden by one in /etc; one in containers.conf.d
+    # only by itself (or a later file there).
+    setter=/etc/containers/containers.conf
     for f in "$root/usr/share/containers/containers.conf" "$root/etc/containers/containers.conf" \
         "$root"/etc/containers/containers.conf.d/*.conf; do
         [ -f "$f" ] || continue
@@ -431,9 +434,13 @@ podman_plugin_dirs() {
                 if (line ~ /\]/) grab = 0
             }
             END { print out }' "$f")
-        case $found in set*) dirs=${found#set} ;; esac
+        case $found in set*)
+            dirs=${found#set}
+            case $f in */containers.conf.d/*) setter=${f#"$root"} ;; esac
+            ;;
+        esac
     done
-    printf '%s\n' "$dirs"
+    printf '%s\n%s\n' "$setter" "$dirs"
 }
 
 # After an install, where podman is on the node: the plugins it would run must be ours.
@@ -443,7 +450,9 @@ check_podman() {
     [ -e "$root/usr/bin/podman" ] || [ -e "$root/usr/local/bin/podman" ] \
         || [ -e "$root/usr/share/containers/containers.conf" ] \
         || [ -e "$root/etc/containers/containers.conf" ] || return 0
-    dirs=$(podman_plugin_dirs)
+    found=$(podman_plugin_dirs)
+    conf=$(printf '%s\n' "$found" | sed -n 1p)
+    dirs=$(printf '%s\n' "$found" | sed -n 2p)
     shadowed=""
     case " $dirs " in
         *" ${bin_dir%/} "* | *" ${bin_dir%/}/ "*) ;;
@@ -468,7 +477,7 @@ check_podman() {
         echo "install.sh: podman would not run the plugins installed in $bin_dir:" \
             "its cni_plugin_dirs find$shadowed first."
         echo "install.sh: to make it run them, put this line in the [network] table of" \
-            "/etc/containers/containers.conf (begin the file with [network] if it has none):"
+            "$conf (begin the file with [network] if it has none):"
         echo "cni_plugin_dirs = [$list]"
     } >&2
 }

@@ -64,6 +64,7 @@ def test_install_under_debians_podman_prints_the_one_line_and_it_suffices(tmp_pa
     node = debian_node(tmp_path / "node")
     said = install(node).splitlines()
     assert "/usr/lib/cni/portmap" in said[0]
+    assert "of /etc/containers/containers.conf " in said[1]
     assert said[-1] == THE_LINE
     # The operator does what it says: the next install finds nothing to say.
     (node / "etc" / "containers").mkdir(parents=True)
@@ -94,3 +95,13 @@ def test_a_containers_conf_that_leaves_our_dir_out_is_named(tmp_path: Path) -> N
 
 def test_without_podman_an_install_says_nothing_of_it(tmp_path: Path) -> None:
     assert install(debian_node(tmp_path / "node", podman=False)) == ""
+
+
+def test_a_setting_in_containers_conf_d_is_changed_where_it_is(tmp_path: Path) -> None:
+    node = debian_node(tmp_path / "node")
+    drop_ins = node / "etc" / "containers" / "containers.conf.d"
+    drop_ins.mkdir(parents=True)
+    (drop_ins / "10-site.conf").write_text('[network]\ncni_plugin_dirs = ["/usr/lib/cni"]\n')
+    said = install(node).splitlines()
+    assert "/etc/containers/containers.conf.d/10-site.conf" in said[1]
+    assert said[-1] == 'cni_plugin_dirs = ["/opt/cni/bin", "/usr/lib/cni"]'
