@@ -106,8 +106,11 @@ install:
 	@$(MAKE) --no-print-directory apt APT_PACKAGES="$(INSTALL_APT)"
 	deploy/install.sh --python $(PYTHON_BASE) --bin-dir $(CNI_BIN_DIR) --prefix $(CNI_META_PREFIX)
 
+# Without CNI_BIN_DIR given, install.sh takes the bin dir from its install record: after
+# `make install CNI_BIN_DIR=/usr/libexec/cni`, a plain `make uninstall` removes those.
 uninstall:
-	deploy/install.sh --uninstall --bin-dir $(CNI_BIN_DIR) --prefix $(CNI_META_PREFIX)
+	deploy/install.sh --uninstall --prefix $(CNI_META_PREFIX) \
+	  $(if $(filter file default,$(origin CNI_BIN_DIR)),,--bin-dir $(CNI_BIN_DIR))
 
 # `make dist`: a wheel and an sdist in dist/ (PEP 517, through `build`). The wheel is built
 # from the sdist, which proves the sdist holds what a build needs. --no-isolation: the

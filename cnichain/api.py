@@ -36,17 +36,16 @@ raises `ChainError` (its base class).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import glob
 import json
 import os
 import subprocess
 import sysconfig
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from common import versions
-from common.errors import CniError
-from common.values import Value, field
+from cnichain import spec
 
 DEFAULT_CNI_PATH = "/opt/cni/bin:/usr/lib/cni"
 DEFAULT_CACHE_DIR = "/var/lib/cni/cni-chain"
@@ -109,13 +108,18 @@ class PluginError(ChainError):
 # ---------------------------------------------------------------------------- the list
 
 
-class ConfList(Value):
+@dataclasses.dataclass
+class ConfList:
     """A parsed network configuration list (what libcni calls NetworkConfigList)."""
 
     name: str
     cni_version: str
     plugins: list[dict[str, Any]]
     disable_check: bool = False
+
+    def replace(self, **changes: Any) -> ConfList:
+        """A copy with some fields changed."""
+        return dataclasses.replace(self, **changes)
 
     @classmethod
     def load(cls, spec: str, conf_dir: str = DEFAULT_CONF_DIR) -> ConfList:
@@ -152,7 +156,7 @@ class ConfList(Value):
         for i, p in enumerate(plugins):
             if not isinstance(p, dict) or not isinstance(p.get("type"), str) or not p["type"]:
                 raise ChainError(f"{where}: plugins[{i}] needs a 'type'")
-        version = raw.get("cniVersion") or versions.DEFAULT_VERSION
+        version = raw.get("cniVersion") or spec.DEFAULT_VERSION
         return cls(name, str(version), plugins, bool(raw.get("disableCheck")))
 
 
@@ -190,7 +194,8 @@ def default_plugin_path() -> list[str]:
 
     $CNI_PATH when set; else this Python's scripts directory (where pip installs this
     package's portmap, bandwidth and tuning), then /opt/cni/bin and /usr/lib/cni (the Go
-    reference plugins of upstream releases and of Debian/Ubuntu's package).
+    reference plugins of upstream releases and of Debian/Ubuntu's package). The API and
+    `cni-chain` both default to it, so both run this package's plugins first.
     """
     env = os.environ.get("CNI_PATH")
     if env:
@@ -201,7 +206,8 @@ def default_plugin_path() -> list[str]:
 # ---------------------------------------------------------------------------- one call
 
 
-class Runtime(Value):
+@dataclasses.dataclass
+class Runtime:
     """What a runtime passes besides the list: the attachment and its arguments.
 
     `env` is added to the caller's environment for every plugin; `host` names a network
@@ -213,9 +219,11 @@ class Runtime(Value):
     capability_args: dict[str, Any]
     ifname: str = "eth0"
     cni_args: str = ""
-    cni_path: str = DEFAULT_CNI_PATH
+    cni_path: str = dataclasses.field(
+        default_factory=lambda: os.pathsep.join(default_plugin_path())
+    )
     cache_dir: str = DEFAULT_CACHE_DIR
-    env: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = dataclasses.field(default_factory=dict)
     host: str = ""
 
 
@@ -304,29 +312,42 @@ def retyped(result: dict[str, Any] | None, list_version: str) -> dict[str, Any] 
     """
     if result is None:
         return None
-    from common.result import Result
-
     version = result.get("cniVersion")
-    if not isinstance(version, str) or version not in versions.SUPPORTED_VERSIONS:
+    if not isinstance(version, str) or version not in spec.SUPPORTED_VERSIONS:
         version = list_version
     try:
-        return Result.from_json(result, version).to_json(version)
-    except CniError as e:
+        return spec.remarshal(result, version)
+    except spec.SpecError as e:
         raise ChainError(f"a plugin returned a result that is not valid {version}: {e}") from None
 
 
 def _cache_file(conflist: ConfList, rt: Runtime) -> str:
+    """The attachment's cache file, after libcni's checks of the three names it is made of
+    (which also keep it inside the cache dir: none may hold a '/' or be '..')."""
+    validate_attachment(conflist.name, rt.container_id, rt.ifname)
     return os.path.join(rt.cache_dir, f"{conflist.name}-{rt.container_id}-{rt.ifname}")
 
 
+def validate_attachment(network: str, container_id: str, ifname: str) -> None:
+    """libcni's ValidateNetworkName, ValidateContainerID and ValidateInterfaceName:
+    ChainError naming the first that fails. ADD, CHECK and DEL run them before any plugin."""
+    try:
+        spec.validate_network_name(network)
+        spec.validate_container_id(container_id)
+        spec.validate_ifname(ifname)
+    except spec.SpecError as e:
+        raise ChainError(str(e)) from None
+
+
 def _require(conflist: ConfList, command: str, version: str) -> None:
-    if not versions.at_least(conflist.cni_version, version):
+    if not spec.at_least(conflist.cni_version, version):
         raise ChainError(
             f"{command} needs cniVersion {version} or later, the list has {conflist.cni_version}"
         )
 
 
 def add(conflist: ConfList, rt: Runtime) -> dict[str, Any] | None:
+    cache_file = _cache_file(conflist, rt)
     result: dict[str, Any] | None = None
     for i, plugin in enumerate(conflist.plugins):
         out = exec_plugin("ADD", plugin_config(conflist, plugin, rt, result), rt, i)
@@ -342,7 +363,7 @@ def add(conflist: ConfList, rt: Runtime) -> dict[str, Any] | None:
         "capabilityArgs": rt.capability_args,
         "result": result,
     }
-    tmp = _cache_file(conflist, rt) + ".tmp"
+    tmp = cache_file + ".tmp"
     # A leftover (or planted) .tmp is replaced, never followed: no symlink makes us
     # truncate another file.
     with contextlib.suppress(FileNotFoundError):
@@ -350,14 +371,15 @@ def add(conflist: ConfList, rt: Runtime) -> dict[str, Any] | None:
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     with open(os.open(tmp, flags, 0o600), "w") as f:
         json.dump(cache, f)
-    os.rename(tmp, _cache_file(conflist, rt))
+    os.rename(tmp, cache_file)
     return result
 
 
 def _cached_result(conflist: ConfList, rt: Runtime) -> Any:
     """The result ADD cached; the arguments ADD had fill those this call leaves empty."""
+    path = _cache_file(conflist, rt)
     try:
-        with open(_cache_file(conflist, rt), "rb") as f:
+        with open(path, "rb") as f:
             cached = json.load(f)
     except (OSError, ValueError):
         return None
@@ -383,7 +405,7 @@ def check(conflist: ConfList, rt: Runtime) -> None:
 
 def delete(conflist: ConfList, rt: Runtime) -> None:
     cached = _cached_result(conflist, rt)
-    if not versions.at_least(conflist.cni_version, "0.4.0"):
+    if not spec.at_least(conflist.cni_version, "0.4.0"):
         cached = None
     for i in reversed(range(len(conflist.plugins))):
         conf = plugin_config(conflist, conflist.plugins[i], rt, cached)
@@ -393,6 +415,10 @@ def delete(conflist: ConfList, rt: Runtime) -> None:
 
 
 def cached_attachments(conflist: ConfList, cache_dir: str) -> list[dict[str, str]]:
+    try:
+        spec.validate_network_name(conflist.name)
+    except spec.SpecError as e:
+        raise ChainError(str(e)) from None
     out = []
     for path in sorted(glob.glob(os.path.join(cache_dir, f"{conflist.name}-*"))):
         try:
@@ -432,14 +458,35 @@ def version_info(conflist: ConfList, rt: Runtime) -> dict[str, Any]:
 # ---------------------------------------------------------------------------- the API
 
 
-class Attachment(Value):
-    """One container attached to a network: the chain's result and how to find it again."""
+@dataclasses.dataclass
+class Attachment:
+    """One container attached to a network: the chain's result and how to find it again.
+
+    What `Network.attach` and `ChainLab.attach` return, after ADD. `delete()` DELs it; used
+    as a context manager (`with net.attach(...) as att:`) it DELs when the block ends.
+    """
 
     network: Network
     container_id: str
     netns: str
     ifname: str
     result: dict[str, Any]
+    capability_args: dict[str, Any] = dataclasses.field(default_factory=dict)
+    cni_args: str = ""
+
+    def __enter__(self) -> Attachment:
+        return self
+
+    def __exit__(self, _type: object, exc: BaseException | None, _tb: object) -> None:
+        """DEL at the end of a `with` block. A DEL that fails after the block raised is
+        added to that exception as a note; after a clean block it raises."""
+        if exc is None:
+            self.delete()
+            return
+        try:
+            self.delete()
+        except ChainError as d:
+            exc.add_note(f"and the DEL after it failed too: {d}")
 
     def addresses(self, family: int | None = None) -> list[str]:
         """The result's IP addresses without prefix length; `family` 4 or 6 filters."""
@@ -455,8 +502,14 @@ class Attachment(Value):
         self.network.check(self.container_id, self.netns, self.ifname)
 
     def delete(self) -> None:
-        """DEL this attachment (again harmless)."""
-        self.network.delete(self.container_id, self.netns, self.ifname)
+        """DEL this attachment (again harmless), with the arguments ADD had."""
+        self.network.delete(
+            self.container_id,
+            self.netns,
+            self.ifname,
+            capability_args=self.capability_args,
+            cni_args=self.cni_args,
+        )
 
 
 class Network:
@@ -562,11 +615,12 @@ class Network:
         """GC (1.1.0): `valid` are the (container ID, ifname) pairs still alive; default:
         the attachments of this network in the cache dir."""
         rt = self._runtime("", "")
-        alive = (
-            [{"containerID": c, "ifname": i} for c, i in valid]
-            if valid is not None
-            else cached_attachments(self.conflist, self.cache_dir)
-        )
+        if valid is None:
+            alive = cached_attachments(self.conflist, self.cache_dir)
+        else:
+            for cid, ifname in valid:
+                validate_attachment(self.name, cid, ifname)
+            alive = [{"containerID": c, "ifname": i} for c, i in valid]
         gc(self.conflist, rt, alive)
 
     def status(self) -> None:
@@ -577,7 +631,6 @@ class Network:
         """VERSION of every plugin of the list, by plugin type."""
         return version_info(self.conflist, self._runtime("", ""))
 
-    @contextlib.contextmanager
     def attach(
         self,
         container_id: str,
@@ -586,20 +639,17 @@ class Network:
         *,
         capability_args: Mapping[str, Any] | None = None,
         cni_args: str = "",
-    ) -> Iterator[Attachment]:
-        """ADD on entry, DEL on exit, also when ADD or the block raises.
-
-        A DEL that fails after the block raised is attached to that exception as a note;
-        after a clean block it raises.
-        """
+    ) -> Attachment:
+        """ADD now and return the attachment; used in a `with` block, DEL runs when the
+        block ends (see `Attachment`). When ADD fails, DEL runs at once (cleaning up what
+        the plugins before the failing one made) and ADD's error is raised."""
         caps = dict(capability_args or {})
         try:
             result = self.add(container_id, netns, ifname, capability_args=caps, cni_args=cni_args)
-            yield Attachment(self, container_id, netns, ifname, result)
         except BaseException as e:
             try:
                 self.delete(container_id, netns, ifname, capability_args=caps, cni_args=cni_args)
             except ChainError as d:
                 e.add_note(f"and the DEL after it failed too: {d}")
             raise
-        self.delete(container_id, netns, ifname, capability_args=caps, cni_args=cni_args)
+        return Attachment(self, container_id, netns, ifname, result, caps, cni_args)

@@ -23,8 +23,6 @@ import threading
 import uuid
 from collections.abc import Iterator
 
-from common.netns import entered
-
 __all__ = [
     "DEFAULT_PREFIX",
     "Netns",
@@ -35,9 +33,12 @@ __all__ = [
     "tcp_echo_server",
     "tcp_request",
     "throwaway",
+    "udp_echo_server",
+    "udp_request",
 ]
 
 NETNS_DIR = "/run/netns"
+CLONE_NEWNET = 0x40000000
 DEFAULT_PREFIX = "cnit"
 _created: set[str] = set()  # names this process made: what `leftovers` checks
 
@@ -89,8 +90,28 @@ class Netns:
     def entered(self) -> Iterator[None]:
         """Run the block's calling thread inside the namespace (sockets made here stay in
         it after the block)."""
-        with entered(self.path):
-            yield
+        try:
+            target = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as e:
+            raise NetnsError(f"cannot open network namespace {self.path}: {e}") from None
+        origin = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            try:
+                _setns(target)
+            except OSError as e:
+                raise NetnsError(f"cannot enter network namespace {self.path}: {e}") from None
+            try:
+                yield
+            finally:
+                # Staying in the wrong namespace would send the rest of the process's
+                # traffic and kernel changes there: nothing sensible can continue.
+                try:
+                    _setns(origin)
+                except OSError:  # pragma: no cover - the kernel refusing our own ns
+                    os._exit(70)
+        finally:
+            os.close(target)
+            os.close(origin)
 
     def socket(self, family: int = socket.AF_INET, kind: int = socket.SOCK_STREAM) -> socket.socket:
         """A socket that lives in this namespace, usable from any thread."""
@@ -99,13 +120,29 @@ class Netns:
 
     def sysctl(self, key: str, value: str | None = None) -> str:
         """Read (and first write, when `value` is given) a sysctl of the namespace."""
-        from common.sysctl import read_sysctl, write_sysctl
-
         path = "/proc/sys/" + key.replace(".", "/")
         with self.entered():
             if value is not None:
-                write_sysctl(path, value)
-            return read_sysctl(path).strip()
+                # One write(2) for the whole value: a sysctl handler parses what a
+                # single write gives it.
+                fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+                try:
+                    os.write(fd, value.encode())
+                finally:
+                    os.close(fd)
+            with open(path, "rb") as f:
+                return f.read().decode("utf-8", "replace").strip()
+
+
+def _setns(fd: int) -> None:
+    """setns(2) of the calling thread into the network namespace `fd` (Python 3.11 has no
+    os.setns)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.setns(fd, CLONE_NEWNET) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
 
 
 def create(role: str = "ns", prefix: str = DEFAULT_PREFIX) -> Netns:
@@ -195,4 +232,49 @@ def tcp_request(ns: Netns, addr: str, port: int, payload: bytes, timeout: float 
         sock.settimeout(timeout)
         sock.connect((addr, port))
         sock.sendall(payload)
+        return sock.recv(65536)
+
+
+@contextlib.contextmanager
+def udp_echo_server(ns: Netns, port: int, tag: bytes = b"") -> Iterator[list[str]]:
+    """A UDP server in `ns` on every address (IPv4 and IPv6), port `port`, answering each
+    datagram with `tag + datagram` to its sender; yields the senders' addresses as they
+    arrive."""
+    sock = ns.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+    sock.bind(("::", port))
+    sock.settimeout(0.2)
+    peers: list[str] = []
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                data, peer = sock.recvfrom(65536)
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            peers.append(str(peer[0]).removeprefix("::ffff:"))
+            with contextlib.suppress(OSError):
+                sock.sendto(tag + data, peer)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield peers
+    finally:
+        stop.set()
+        thread.join(5)
+        sock.close()
+
+
+def udp_request(ns: Netns, addr: str, port: int, payload: bytes, timeout: float = 5.0) -> bytes:
+    """Send one datagram from `ns` to addr:port and return the first reply; OSError when
+    none comes: ConnectionRefusedError when the port is closed (ICMP port unreachable),
+    TimeoutError when nothing answers within `timeout`."""
+    with ns.socket(_family(addr), socket.SOCK_DGRAM) as sock:
+        sock.settimeout(timeout)
+        sock.connect((addr, port))
+        sock.send(payload)
         return sock.recv(65536)

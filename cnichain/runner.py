@@ -13,9 +13,9 @@ import os
 import re
 import sys
 
+from cnichain import spec as cnispec
 from cnichain.api import (
     DEFAULT_CACHE_DIR,
-    DEFAULT_CNI_PATH,
     DEFAULT_CONF_DIR,
     ChainError,
     ConfList,
@@ -23,6 +23,7 @@ from cnichain.api import (
     add,
     cached_attachments,
     check,
+    default_plugin_path,
     delete,
     find_plugin,
     gc,
@@ -31,8 +32,6 @@ from cnichain.api import (
     status,
     version_info,
 )
-from common.env import validate_container_id, validate_ifname
-from common.errors import CniError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -111,21 +110,37 @@ def parse_valid(spec: str) -> dict[str, str]:
             f"--valid {spec[:80]!r}: expected CONTAINERID/IFNAME, e.g. {cid[:80]}/eth0"
         )
     try:
-        validate_container_id(cid, "container ID in --valid")
-        validate_ifname(ifname, "interface name in --valid")
-    except CniError as e:
+        cnispec.validate_container_id(cid)
+        cnispec.validate_ifname(ifname)
+    except cnispec.SpecError as e:
         raise ChainError(f"--valid {spec[:80]!r}: {e}") from None
     return {"containerID": cid, "ifname": ifname}
 
 
+def package_version() -> str:
+    """The installed cni-meta-plugins distribution's version."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("cni-meta-plugins")
+    except metadata.PackageNotFoundError:
+        return "unknown (not installed as a package)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="cni-chain", description=__doc__.split("\n\n")[0])
+    p.add_argument("--version", action="version", version=f"cni-chain {package_version()}")
     p.add_argument("command", choices=["add", "check", "del", "gc", "status", "version"])
     p.add_argument("conflist", help=".conflist path or network name")
     p.add_argument("netns", nargs="?", default="", help="netns path or name under /run/netns")
     p.add_argument("--container-id", default="", help="default: derived from the netns path")
     p.add_argument("--ifname", default="eth0")
-    p.add_argument("--cni-path", default=os.environ.get("CNI_PATH") or DEFAULT_CNI_PATH)
+    p.add_argument(
+        "--cni-path",
+        default=os.pathsep.join(default_plugin_path()),
+        help="plugin dirs, ':'-separated (default: $CNI_PATH, else this Python's scripts "
+        "dir, where this package's plugins are, then /opt/cni/bin and /usr/lib/cni)",
+    )
     p.add_argument("--conf-dir", default=os.environ.get("NETCONFPATH") or DEFAULT_CONF_DIR)
     p.add_argument("--cache-dir", default=DEFAULT_CACHE_DIR)
     p.add_argument("--cni-args", default="", help="CNI_ARGS, e.g. 'IgnoreUnknown=1;MAC=...'")
@@ -157,9 +172,9 @@ def runtime_from_args(a: argparse.Namespace) -> Runtime:
         netns = os.path.join("/run/netns", netns)
     cid = a.container_id or "cnichain-" + hashlib.sha512(netns.encode()).hexdigest()[:20]
     try:
-        validate_container_id(cid, "--container-id")
-        validate_ifname(a.ifname, "--ifname")
-    except CniError as e:
+        cnispec.validate_container_id(cid)
+        cnispec.validate_ifname(a.ifname)
+    except cnispec.SpecError as e:
         raise ChainError(str(e)) from None
     return Runtime(cid, netns, caps, a.ifname, a.cni_args, a.cni_path, a.cache_dir)
 

@@ -18,6 +18,19 @@ LOG_ENV = "CNI_META_LOG_FILE"
 LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}
 
 
+def timestamp(now: float) -> str:
+    """RFC 3339 local time with microseconds and the UTC offset, e.g.
+    2026-11-28T10:50:01.123456+01:00: calls of one container start are milliseconds
+    apart, and nodes log in different zones."""
+    local = time.localtime(now)
+    micros = int((now % 1) * 1_000_000)
+    offset = local.tm_gmtoff // 60
+    sign = "-" if offset < 0 else "+"
+    hours, minutes = divmod(abs(offset), 60)
+    clock = time.strftime("%Y-%m-%dT%H:%M:%S", local)
+    return f"{clock}.{micros:06d}{sign}{hours:02d}:{minutes:02d}"
+
+
 class Log:
     def __init__(self, path: str = "", prefix: str = "", level: str = "info") -> None:
         self.path = path
@@ -27,7 +40,7 @@ class Log:
     def _write(self, level: str, msg: str) -> None:
         if not self.path or LEVELS[level] < self.threshold:
             return
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime())
+        stamp = timestamp(time.time())
         # Every record is one line, whatever a message quotes: see escape().
         line = f"{stamp} {posix.getpid()} {level.upper()} {escape(self.prefix)} {escape(msg)}\n"
         try:

@@ -113,18 +113,14 @@ def _best_effort_version(data: bytes) -> str:
 
 
 def version_answer(data: bytes) -> dict[str, Any]:
-    """VERSION: never fails; echoes the requested version when there is a sensible one."""
-    requested = versions.LATEST
+    """VERSION: never fails. It answers in the requested version when it is one of ours,
+    else in the latest one we speak (Go's skel always answers in its library's current
+    version): an answer is itself a document of the version it names."""
     # Nothing on stdin (some callers send none) is no version asked, said without the
     # decoder: its error for empty text would import the `json` package (common.jsontext).
     v = _asked_version(data) if data.strip() else None
-    if isinstance(v, str):
-        try:
-            versions.parse(v)
-            requested = v
-        except ValueError:
-            pass
-    return {"cniVersion": requested, "supportedVersions": list(versions.SUPPORTED_VERSIONS)}
+    answer = v if isinstance(v, str) and v in versions.SUPPORTED_VERSIONS else versions.LATEST
+    return {"cniVersion": answer, "supportedVersions": list(versions.SUPPORTED_VERSIONS)}
 
 
 def _make_log(plugin: str, raw: dict[str, Any] | None, env: Mapping[str, str]) -> Log:
@@ -200,6 +196,8 @@ def run(
         raw = decode(data)
         log = _make_log(plugin.name, raw, environ)
         conf = parse_netconf(raw)
+        # Sizes and versions only: the config may carry secrets (args, runtimeConfig).
+        log.debug(f"called with a {len(data)}-byte config of cniVersion {conf.cni_version}")
         error_version = conf.cni_version
         versions.require_verb(command, conf.cni_version)
         request = Request(invocation, conf, log, environ, kernel)
@@ -211,7 +209,9 @@ def run(
 
                 result = conf.prev_result or Result()
             _emit(out, result.to_json(conf.cni_version))
-        log.debug("ok")
+        # What the verb did is the plugin's own line (e.g. tuning's "set ..."): this one
+        # says that the call as a whole succeeded, at the level an operator reads.
+        log.info("succeeded")
         return 0
     except Exception as e:
         if isinstance(e, CniError):

@@ -446,6 +446,81 @@ install() {
     set_field plugins "$plugins"
 }
 
+# podman's default cni_plugin_dirs (containers/common, podman 4) search /usr/lib/cni, where
+# Debian's containernetworking-plugins puts the Go plugins, before /opt/cni/bin. The
+# effective list is the last `cni_plugin_dirs` of the [network] tables of the files podman
+# reads, in its order; without one, that default.
+PODMAN_DEFAULT_DIRS="/usr/local/libexec/cni /usr/libexec/cni /usr/local/lib/cni /usr/lib/cni /opt/cni/bin"
+podman_plugin_dirs() { # -> line 1: the file to change, line 2: the dirs podman searches
+    dirs=$PODMAN_DEFAULT_DIRS
+    # A setting in /usr/share or /etc is overridden by one in /etc; one in containers.conf.d
+    # only by itself (or a later file there).
+    setter=/etc/containers/containers.conf
+    for f in "$root/usr/share/containers/containers.conf" "$root/etc/containers/containers.conf" \
+        "$root"/etc/containers/containers.conf.d/*.conf; do
+        [ -f "$f" ] || continue
+        # "set" and the dirs when the file sets the key (a later setting replaces an earlier
+        # one, also with an empty list); nothing when it does not.
+        found=$(awk '
+            /^[ \t]*\[/ { table = $0; gsub(/[ \t]|\[|\]/, "", table); grab = 0; next }
+            table == "network" && /^[ \t]*cni_plugin_dirs[ \t]*=/ { grab = 1; out = "set" }
+            grab {
+                line = $0; sub(/#.*/, "", line)
+                while (match(line, /"[^"]*"/)) {
+                    out = out " " substr(line, RSTART + 1, RLENGTH - 2)
+                    line = substr(line, RSTART + RLENGTH)
+                }
+                if (line ~ /\]/) grab = 0
+            }
+            END { print out }' "$f")
+        case $found in set*)
+            dirs=${found#set}
+            case $f in */containers.conf.d/*) setter=${f#"$root"} ;; esac
+            ;;
+        esac
+    done
+    printf '%s\n%s\n' "$setter" "$dirs"
+}
+
+# After an install, where podman is on the node: the plugins it would run must be ours.
+# Its configuration is the operator's, so this says the one line that makes it so rather
+# than editing it.
+check_podman() {
+    [ -e "$root/usr/bin/podman" ] || [ -e "$root/usr/local/bin/podman" ] \
+        || [ -e "$root/usr/share/containers/containers.conf" ] \
+        || [ -e "$root/etc/containers/containers.conf" ] || return 0
+    found=$(podman_plugin_dirs)
+    conf=$(printf '%s\n' "$found" | sed -n 1p)
+    dirs=$(printf '%s\n' "$found" | sed -n 2p)
+    shadowed=""
+    case " $dirs " in
+        *" ${bin_dir%/} "* | *" ${bin_dir%/}/ "*) ;;
+        *) shadowed=" nothing in $bin_dir (it is not searched)" ;;
+    esac
+    for p in $plugins; do
+        for d in $dirs; do
+            d=${d%/}
+            [ "$d" = "${bin_dir%/}" ] && break
+            if [ -f "$root$d/$p" ] && [ -x "$root$d/$p" ] && ! is_ours "$root$d/$p"; then
+                shadowed="$shadowed $d/$p"
+                break
+            fi
+        done
+    done
+    [ -n "$shadowed" ] || return 0
+    list="\"${bin_dir%/}\""
+    for d in $dirs; do
+        [ "${d%/}" = "${bin_dir%/}" ] || list="$list, \"$d\""
+    done
+    {
+        echo "install.sh: podman would not run the plugins installed in $bin_dir:" \
+            "its cni_plugin_dirs find$shadowed first."
+        echo "install.sh: to make it run them, put this line in the [network] table of" \
+            "$conf (begin the file with [network] if it has none):"
+        echo "cni_plugin_dirs = [$list]"
+    } >&2
+}
+
 if [ "$action" = uninstall ]; then
     uninstall
 else
@@ -455,4 +530,5 @@ else
     trap 'exit 130' INT
     trap 'exit 143' TERM
     install
+    check_podman
 fi

@@ -190,7 +190,21 @@ def add(request: Request) -> Result | None:
         backend.delete(attachment(request), plan)
         raise
     flush_conntrack(plan.udp_ports(), request.log, kernel)
+    request.log.info("forwarding " + describe(plan))
     return None
+
+
+def describe(plan: Plan) -> str:
+    """The attachment's forwards, as an operator reads them:
+    '0.0.0.0:8080/tcp -> 10.89.0.2:80, [::]:8080/tcp -> [fd00::2]:80'."""
+    from portmap.config import host_ports
+
+    return ", ".join(
+        f"{fw.describe(fam.family)} -> "
+        + host_ports(fam.container_ip, fw.container_port, fw.count, fw.protocol).rpartition("/")[0]
+        for fam in plan.families
+        for fw in fam.forwards
+    )
 
 
 def delete(request: Request) -> None:

@@ -51,31 +51,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 MACHINE_STATE_DIRS = ("/run/cni", "/var/lib/cni")
 
 
-# Named namespaces of tests (cmpt-*: each process judges its own, see
-# nslib.leftover_namespaces; cnit-*: cnichain's fixtures in the pytest sessions that
-# tests/test_chain_pytest_plugin.py and tests/test_examples_wheel.py start, which check
-# their own) and of benchmarks (cmpb-*), which may run beside a test session on a
-# developer's machine.
-OWN_NETNS_PREFIXES = (nslib.PREFIX + "-", api_netns.DEFAULT_PREFIX + "-", "cmpb-")
-
-
-def _other_netns() -> str:
-    """Named namespaces that are neither tests' nor benchmarks': none may appear or vanish."""
-    try:
-        names = os.listdir("/run/netns")
-    except FileNotFoundError:
-        return ""
-    return "\n".join(sorted(n for n in names if not n.startswith(OWN_NETNS_PREFIXES)))
-
-
 def host_snapshot() -> snap.Snapshot:
     """What tests must never change: the machine's own namespace (nft ruleset, legacy
     iptables tables of both families, links, qdiscs and filters, forwarding/route_localnet
-    and the other watched sysctls), its state dirs and its named namespaces."""
+    and the other watched sysctls) and its state dirs.
+
+    Named namespaces are not in it: other software on the machine (a runtime, another
+    test session) makes and removes its own while the tests run. The namespaces the tests
+    make are judged by name instead (`host_untouched`'s leftovers: each process knows the
+    ones it made)."""
     return {
         **snap.netns_snapshot(None),
         **snap.state_snapshot(MACHINE_STATE_DIRS),
-        "named netns (not test-made)": _other_netns(),
     }
 
 

@@ -289,8 +289,8 @@ def test_chain_refuses_lists_without_plugins() -> None:
     ("valid", "says"),
     [
         ("abc", "expected CONTAINERID/IFNAME, e.g. abc/eth0"),
-        ("abc/", "invalid interface name in --valid '': it is empty"),
-        ("a b/eth0", "invalid container ID in --valid 'a b'"),
+        ("abc/", "invalid interface name '': it is empty"),
+        ("a b/eth0", "invalid container ID 'a b'"),
     ],
 )
 def test_chain_gc_says_what_is_wrong_with_a_valid_entry(

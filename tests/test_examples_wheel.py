@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -30,15 +31,31 @@ def _netns_names() -> set[str]:
         return set()
 
 
-def test_examples_pass_from_a_fresh_venv_with_only_the_wheel(tmp_path: Path) -> None:
-    dist, venv, examples = tmp_path / "dist", tmp_path / "venv", tmp_path / "ex-copy"
+@pytest.fixture(scope="module")
+def wheel_venv(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(the built wheel, a fresh venv holding only it and pytest)."""
+    top = tmp_path_factory.mktemp("wheel")
+    dist, venv = top / "dist", top / "venv"
     _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), str(REPO)])
     (wheel,) = dist.glob("*.whl")
     _run([sys.executable, "-m", "venv", str(venv)])
     _run([str(venv / "bin" / "pip"), "install", "-q", str(wheel), "pytest"])
-    shutil.copytree(REPO / "examples", examples)
+    return wheel, venv
+
+
+def _user_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("CNI_PATH", "PYTHONPATH")}
     env["PATH"] = "/usr/sbin:/usr/bin:/sbin:/bin"  # nothing of this clone's venv
+    return env
+
+
+def test_examples_pass_from_a_fresh_venv_with_only_the_wheel(
+    tmp_path: Path, wheel_venv: tuple[Path, Path]
+) -> None:
+    _, venv = wheel_venv
+    examples = tmp_path / "ex-copy"
+    shutil.copytree(REPO / "examples", examples)
+    env = _user_env()
     tables = _run(["nft", "list", "tables"]).stdout
     before = _netns_names()
 
@@ -51,3 +68,50 @@ def test_examples_pass_from_a_fresh_venv_with_only_the_wheel(tmp_path: Path) -> 
     assert "4 passed" in proc.stdout
     assert not [n for n in _netns_names() - before if n.startswith("cnit-")]
     assert _run(["nft", "list", "tables"]).stdout == tables
+
+
+# A test author's own `common` module, and a test that uses it beside the fixtures.
+USER_COMMON = """GREETING = b"hello from my own common"
+
+
+def shout(text: str) -> str:
+    return text.upper()
+"""
+USER_TEST = """
+from common import GREETING, shout
+
+
+def test_my_common_beside_the_fixtures(cni_netns):
+    ns = cni_netns("mine")
+    assert ns.exists() and shout("ok") == "OK" and GREETING.startswith(b"hello")
+"""
+
+
+def test_a_users_own_common_module_works_in_a_session_with_the_wheel(
+    tmp_path: Path, wheel_venv: tuple[Path, Path]
+) -> None:
+    wheel, venv = wheel_venv
+    project = tmp_path / "myproject"
+    (project / "tests").mkdir(parents=True)
+    (project / "tests" / "common.py").write_text(USER_COMMON)
+    (project / "tests" / "test_mine.py").write_text(USER_TEST)
+    before = _netns_names()
+    proc = subprocess.run(
+        [str(venv / "bin" / "pytest"), "-q", "-p", "no:cacheprovider", "tests"],
+        cwd=project, env=_user_env(), capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-2000:]
+    assert "1 passed" in proc.stdout
+    assert not [n for n in _netns_names() - before if n.startswith("cnit-")]
+    # Loading the plugin and the whole API imports none of the wheel's plugin packages.
+    probe = (
+        "import sys, cnichain, cnichain.pytest_plugin, cnichain.runner;"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'common', 'portmap',"
+        " 'bandwidth', 'tuning'}))"
+    )
+    assert _run([str(venv / "bin" / "python"), "-c", probe]).stdout.strip() == "[]"
+    # py.typed (PEP 561) and the license travel with the wheel.
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "cnichain/py.typed" in names
+    assert any(n.endswith(".dist-info/licenses/LICENSE") or n.endswith(".dist-info/LICENSE")
+               for n in names), names  # fmt: skip

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from common.skel import Request
     from tuning import apply
     from tuning.backup import Backup, BackupStore
+    from tuning.plan import Plan
 
 
 def _kernel(request: Request) -> apply.Kernel:
@@ -63,10 +64,23 @@ def add(request: Request) -> Result:
         change.intend(backup.keeping_older(change.previous))
         apply.apply(plan, before, ns)
     request.log.info(
-        f"set {len(plan.sysctls)} sysctl(s) and link {plan.link} on {request.ifname}; "
-        f"originals in {store.path(store.file_of(request))}"
+        f"set on {request.ifname}: {describe(plan)}; "
+        f"originals kept in {store.path(store.file_of(request))}"
     )
     return report(request.conf.prev_result, plan)
+
+
+def describe(plan: Plan) -> str:
+    """What ADD sets, as an operator reads it: 'mac 02:..., mtu 1400, sysctl
+    net/ipv4/conf/eth0/accept_redirects=0'."""
+    link = [
+        f"{option.key} {getattr(plan.link, option.field)}"
+        for option in config.LINK_OPTIONS
+        if getattr(plan.link, option.field) is not None
+    ]
+    # The /proc/sys path, not a dotted key: an interface name may hold a dot (eth0.100).
+    sysctls = [f"sysctl {w.path}={w.value}" for w in plan.sysctls]
+    return ", ".join(link + sysctls) or "nothing"
 
 
 def delete(request: Request) -> None:
