@@ -26,11 +26,6 @@ if TYPE_CHECKING:
     from common.config import NetConf
 
 DEFAULT_DATA_DIR = "/var/lib/cni/networks"
-# The keys of `ipam` host-local reads (and "type", "name", which the runtime's own).
-KNOWN_KEYS = (
-    "type", "name", "routes", "dataDir", "resolvConf", "ranges",
-    "subnet", "rangeStart", "rangeEnd", "gateway", "releaseOnReboot",
-)  # fmt: skip
 
 
 class Range(Value):

@@ -261,10 +261,6 @@ class LeaseStore(AttachmentStore):
         except OSError as e:
             raise self._io_error("write", f"{CURSOR}{index}", e) from None
 
-    def lease_names(self) -> list[str]:
-        """Every lease file's name (the scans only)."""
-        return [n for n in os.listdir(self._dfd) if _is_lease_name(n)]
-
     def _dir_stamp(self) -> list[int]:
         st = os.fstat(self._dfd)
         return [st.st_ino, st.st_mtime_ns]
