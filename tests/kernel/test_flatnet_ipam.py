@@ -29,6 +29,7 @@ OURS = our("flatnet-ipam")
 HOST_LOCAL = go("host-local")
 NETWORK = "ipamnet"
 HANG_GUARD = 60.0
+VALID = "cni.dev/valid-attachments"
 
 
 class Store:
@@ -66,8 +67,8 @@ class Store:
         return self.ok(command, cid, exe=HOST_LOCAL, version="1.0.0", **kw)
 
     def gc(self, *valid: tuple[str, str]) -> PluginRun:
-        attachments = [{"containerID": c, "ifname": i} for c, i in valid]
-        return self.ok("GC", **{"cni.dev/valid-attachments": attachments})
+        top: dict[str, Any] = {VALID: [{"containerID": c, "ifname": i} for c, i in valid]}
+        return self.ok("GC", **top)
 
     def leases(self) -> dict[str, bytes]:
         """Lease file name -> content (the cursor, the lock and our temporaries apart)."""
@@ -348,7 +349,8 @@ def test_gc_spares_an_add_in_flight(store: Store) -> None:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=gc_env,
         )  # fmt: skip
         assert gc.stdin is not None
-        gc.stdin.write(json.dumps(store.conf(**{"cni.dev/valid-attachments": []})).encode())
+        none: dict[str, Any] = {VALID: []}
+        gc.stdin.write(json.dumps(store.conf(**none)).encode())
         gc.stdin.close()
         wait_until(lambda: blocked_on_flock(gc.pid), "the GC to wait for the lock")
         os.kill(adding.pid, signal.SIGCONT)

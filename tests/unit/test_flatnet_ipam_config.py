@@ -134,7 +134,7 @@ def test_keys_are_read_case_insensitively_as_go_does() -> None:
 
 # ---------------------------------------------------------------------------- refusals
 
-REFUSED = {
+REFUSED: dict[str, tuple[dict[str, Any], str]] = {
     "no ranges": ({"type": "flatnet-ipam"}, "no IP ranges"),
     "/31": ({"subnet": "10.0.0.0/31"}, "ipam.subnet"),
     "/32": ({"subnet": "10.0.0.1/32"}, "ipam.subnet"),
@@ -241,7 +241,7 @@ def test_the_executable_answers_a_refusal_with_error_json_and_no_traceback() -> 
             "CNI_CONTAINERID": "c1",
             "CNI_IFNAME": "eth0",
             "CNI_PATH": "/nonexistent",
-        },  # fmt: skip
+        },
         stdin=io.BytesIO(stdin),
         stdout=out,
         stderr=err,
