@@ -465,3 +465,13 @@ def test_a_lease_dir_changed_behind_our_back_is_seen(store: Store) -> None:
         store.host_local("ADD", f"go{i}")
         store.ok("DEL", f"go{i}")
         assert len(store.leases()) == i + 1, f"round {i}: {store.leases()}"
+
+
+def test_an_address_that_changed_hands_is_left_to_its_new_holder(store: Store) -> None:
+    store.add("c1")  # 10.77.0.2
+    store.host_local("DEL", "c1")  # freed behind our back...
+    store.host_local("ADD", "go1", cni_args="IP=10.77.0.2")  # ...and taken by another
+    store.ok("DEL", "c1")  # our record of c1 still names 10.77.0.2
+    assert store.leases() == {"10.77.0.2": b"go1\r\neth0"}
+    store.gc()
+    store.assert_empty()
