@@ -164,10 +164,10 @@ def measure(sizes: list[int], reps: int, launcher: str) -> list[dict[str, Any]]:
             for f in flavours:
                 f.collect(spawn)
                 results.append(f.result())
-                r = results[-1]
-                gc = "" if r["gc_ms"] is None else f"  GC {r['gc_ms']:8.1f} ms"
-                print(f"{f.name:5} N={n:6}  ADD {r['add_ms']:7.1f}  CHECK {r['check_ms']:7.1f}  "
-                      f"DEL {r['del_ms']:7.1f} ms{gc}", flush=True)  # fmt: skip
+                got = results[-1]
+                gc = "" if got["gc_ms"] is None else f"  GC {got['gc_ms']:8.1f} ms"
+                print(f"{f.name:5} N={n:6}  ADD {got['add_ms']:7.1f}  CHECK {got['check_ms']:7.1f}"
+                      f"  DEL {got['del_ms']:7.1f} ms{gc}", flush=True)  # fmt: skip
     return results
 
 
@@ -182,16 +182,10 @@ def table(results: list[dict[str, Any]], reps: int, note: str) -> str:
             if r is None:
                 continue
             row: list[object] = [f"{n:,}", name, r["add_ms"], r["check_ms"], r["del_ms"]]
-            if name == "ours" and go:
-                row.append(" / ".join(
-                    f"{go[k] / r[k]:.1f}x" for k in ("add_ms", "check_ms", "del_ms")))  # fmt: skip
-            else:
-                row.append("")
-            if name == "ours" and empty:
-                row.append(" / ".join(
-                    f"{r[k] / empty[k]:.2f}" for k in ("add_ms", "check_ms", "del_ms")))  # fmt: skip
-            else:
-                row.append("")
+            keys = ("add_ms", "check_ms", "del_ms")
+            faster = " / ".join(f"{go[k] / r[k]:.1f}x" for k in keys) if go else ""
+            flat = " / ".join(f"{r[k] / empty[k]:.2f}" for k in keys) if empty else ""
+            row += [faster, flat] if name == "ours" else ["", ""]
             row.append("" if r["gc_ms"] is None else f"{r['gc_ms']:.0f}")
             row.append(f"{r['peak_rss_kib'] / 1024:.1f}")
             rows.append(row)
