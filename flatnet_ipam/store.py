@@ -523,15 +523,18 @@ def allocate(config: IpamConfig, container_id: str, ifname: str, log: Log | None
             held = [] if previous is None else list(previous.addresses)
             chosen = _choose(config, leases, held, content)
             names = [format_ip(family, value) for _, _, family, value in chosen]
+            # What it held and keeps no more (a range set the config no longer has, a
+            # request for another address): recorded until freed, below.
+            dropped = [n for n in held if n not in names]
 
             def undo() -> None:
                 # All of them, those it held before too: a failed ADD leaves the
                 # attachment nothing, and its record is forgotten.
-                for name in names:
+                for name in [*names, *dropped]:
                     leases.free(name, content)
 
             record = Lease(config.network, container_id, ifname, False, names, leases.boot)
-            change.intend(record, undo=undo)
+            change.intend(record.replace(addresses=[*names, *dropped]), undo=undo)
             for (index, fresh, _, _), name in zip(chosen, names, strict=True):
                 if fresh:
                     if not leases.claim(name, content):
@@ -541,6 +544,9 @@ def allocate(config: IpamConfig, container_id: str, ifname: str, log: Log | None
                             "a writer that does not take the network's lock? try again",
                         )
                     leases.write_cursor(index, name)
+            for name in dropped:
+                leases.free(name, content)
+            change.confirm(record)
         leases.note_seen()
     return _result(config, chosen)
 

@@ -475,3 +475,11 @@ def test_an_address_that_changed_hands_is_left_to_its_new_holder(store: Store) -
     assert store.leases() == {"10.77.0.2": b"go1\r\neth0"}
     store.gc()
     store.assert_empty()
+
+
+def test_a_second_add_that_asks_for_another_address_frees_the_first(store: Store) -> None:
+    assert store.add("c1") == ["10.77.0.2/16"]
+    assert store.add("c1", runtimeConfig={"ips": ["10.77.5.5"]}) == ["10.77.5.5/16"]
+    assert store.leases() == {"10.77.5.5": b"c1\r\neth0"}
+    store.ok("DEL", "c1")
+    store.assert_empty()
