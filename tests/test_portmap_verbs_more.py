@@ -293,23 +293,21 @@ def test_dual_stack_add_maps_each_familys_host_addresses_then_del_removes_them(
         assert dual.fake.dump() == IPT_SHARED_BOTH + LOCALNET_ON
 
 
-def test_iptables_sends_the_hostip_jumps_first_and_the_conditions_after_the_ports(
-    ipt: Dual,
-) -> None:
-    """The restore text itself: the jumps of an attachment with a host address go in at
-    the top (before every wildcard), in their order; Go's argv, the conditions after the
-    ports (iptables-save moves -s to the front)."""
+def test_iptables_appends_go_jumps_with_the_conditions_after_the_ports(ipt: Dual) -> None:
+    """The restore text itself: with no wildcard of another attachment on its ports, the
+    jumps of an attachment with a host address are appended, as Go does, in their order;
+    Go's argv, the conditions after the ports (iptables-save moves -s to the front)."""
     assert ipt.run("ADD", **CONDITIONS["iptables"])[0] == 0
     dn, c = chain("ctr1"), go_comment("ctr1")
     text = ipt.fake.sent()
     assert sent("nft ipv4", [
-        f"-I CNI-HOSTPORT-DNAT 1 {c} -m multiport -p tcp --dports 8080,8443 "
+        f"-A CNI-HOSTPORT-DNAT {c} -m multiport -p tcp --dports 8080,8443 "
         f"-s 192.168.77.0/24 -j {dn}",
-        f"-I CNI-HOSTPORT-DNAT 2 {c} -m multiport -p udp --dports 5353 -s 192.168.77.0/24 -j {dn}",
+        f"-A CNI-HOSTPORT-DNAT {c} -m multiport -p udp --dports 5353 -s 192.168.77.0/24 -j {dn}",
     ]) in text  # fmt: skip
     assert sent("nft ipv6", [
-        f"-I CNI-HOSTPORT-DNAT 1 {c} -m multiport -p tcp --dports 8080,8443 ! -s fd77::/64 -j {dn}",
-        f"-I CNI-HOSTPORT-DNAT 2 {c} -m multiport -p udp --dports 5353 ! -s fd77::/64 -j {dn}",
+        f"-A CNI-HOSTPORT-DNAT {c} -m multiport -p tcp --dports 8080,8443 ! -s fd77::/64 -j {dn}",
+        f"-A CNI-HOSTPORT-DNAT {c} -m multiport -p udp --dports 5353 ! -s fd77::/64 -j {dn}",
     ]) in text  # fmt: skip
     assert f"nft ipv6: -N {dn}\n" in text
 
@@ -331,9 +329,9 @@ def test_hostip_mapping_and_wildcard_of_the_same_port_are_no_conflict(dual: Dual
     )
     assert dual.fake.dump() == before
     if dual.backend == "iptables":
-        # the jumps of the attachments with specific addresses come before the wildcard's
+        # appended as they came, but ctr3's specific address goes above ctr2's wildcard
         jumps = [x for x in before.splitlines() if x.startswith("-A CNI-HOSTPORT-DNAT")]
-        assert [x.split(" -j ")[-1] for x in jumps] == [chain(c) for c in ("ctr3", "ctr1", "ctr2")]
+        assert [x.split(" -j ")[-1] for x in jumps] == [chain(c) for c in ("ctr1", "ctr3", "ctr2")]
     else:
         claims = before.split("  set claims4\n")[1].split("  map masq4")[0]
         assert claims == (f'    192.168.77.1 . tcp . 8080 comment "{tag("ctr1")}"\n'
