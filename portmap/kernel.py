@@ -13,6 +13,8 @@ import _socket  # not socket: that imports selectors and enum
 import os
 import struct
 
+from common.values import Value
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -191,28 +193,57 @@ def _udp_destination(payload: bytes) -> tuple[bytes, bytes, int, bytes] | None:
     return tuple_raw, entry.get(CTA_ZONE, b""), port, addr
 
 
+# linux/rtnetlink.h
+RTM_NEWROUTE, RTM_GETROUTE = 24, 26
+RTA_DST, RTA_OIF, RTA_GATEWAY = 1, 4, 5
+
+
+class Route(Value):
+    """The kernel's route to an address: its type (RTN_UNICAST 1, RTN_LOCAL 2, ...), the
+    output interface's name and the gateway ("" when on-link)."""
+
+    kind: int
+    oif: str
+    gateway: str = ""
+
+
 class Kernel:
     """The host as portmap's verbs reach it: the backends' ports, route_localnet on the
-    interface toward a container, and the UDP conntrack flush."""
+    interface toward a container (the route to it, the sysctls), and the UDP conntrack flush."""
 
     def __init__(self) -> None:
         self.nft = NftKernel()
         self.xtables = XtablesKernel(self.nft)
 
-    def route_oif_v4(self, ip: str) -> str | None:
-        """The interface the host routes a container address through (the bridge), whose
-        route_localnet must be on for 127.0.0.1 to be forwarded: the longest-prefix IPv4 route
-        of the main table, from /proc/net/route (no socket module to import on the ADD path)."""
-        target = sum(int(b) << (8 * i) for i, b in enumerate(ip.split(".")))  # little-endian
+    def route_v4(self, ip: str) -> Route | None:
+        """The host's route to a container address, as the kernel resolves it (policy
+        rules and every table; one RTM_GETROUTE, built here: no pyroute2 on the ADD
+        path); None when there is none (unreachable, blackhole, prohibited)."""
+        from common.rtnl import NETLINK_ROUTE, NLMSG_HDRLEN, NetlinkSocket, nla, nlas
+
+        # struct rtmsg: family, dst_len, src_len, tos, table, protocol, scope, type, flags
+        rtmsg = struct.pack("=BBBBBBBBI", _socket.AF_INET, 32, 0, 0, 0, 0, 0, 0, 0)
+        body = rtmsg + nla(RTA_DST, _socket.inet_pton(_socket.AF_INET, ip))
         try:
-            with open("/proc/net/route") as f:
-                rows = [line.split() for line in f.read().splitlines()[1:]]
+            with NetlinkSocket(NETLINK_ROUTE) as nl:
+                replies = list(nl.request(RTM_GETROUTE, 0, body))
         except OSError:
             return None
-        # columns: Iface Destination Gateway Flags RefCnt Use Metric Mask ...
-        routes = [r for r in rows if len(r) >= 8 and target & int(r[7], 16) == int(r[1], 16)]
-        best = max(routes, key=lambda r: (int(r[7], 16).bit_count(), -int(r[6])), default=None)
-        return best[0] if best else None
+        for reply in replies:
+            if struct.unpack_from("=H", reply, 4)[0] != RTM_NEWROUTE:
+                continue
+            kind = reply[NLMSG_HDRLEN + 7]
+            attrs = dict(nlas(reply[NLMSG_HDRLEN + len(rtmsg) :]))
+            oif = ""
+            if RTA_OIF in attrs:
+                try:
+                    oif = _socket.if_indextoname(struct.unpack("=I", attrs[RTA_OIF][:4])[0])
+                except OSError:
+                    oif = ""  # gone in between
+            gateway = attrs.get(RTA_GATEWAY, b"")
+            via = _socket.inet_ntop(_socket.AF_INET, gateway) if len(gateway) == 4 else ""
+            return Route(kind, oif, via)
+        return None
 
     # The host's own sysctls, in the plugin's netns.
     def read_sysctl(self, path: str) -> str:

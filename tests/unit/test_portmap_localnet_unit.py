@@ -1,0 +1,33 @@
+"""Which interface may get route_localnet (portmap.localnet.choose), pure."""
+
+from __future__ import annotations
+
+import pytest
+
+from portmap.kernel import Route
+from portmap.localnet import choose
+
+UNICAST, LOCAL = 1, 2
+
+
+@pytest.mark.parametrize(
+    ("route", "host_side", "expected"),
+    [
+        (Route(UNICAST, "cni0"), set(), ("cni0", "")),
+        (Route(UNICAST, "cni0"), {"cni0", "veth1"}, ("cni0", "")),
+        (Route(UNICAST, "veth1"), {"cni0", "veth1"}, ("veth1", "")),  # ptp: the host veth
+        (None, set(), (None, "the host has no route to it")),
+        (Route(LOCAL, "lo"), set(),
+         (None, "the host routes it to itself (a local address), not to a container")),
+        (Route(UNICAST, "lo"), set(),
+         (None, "the host routes it to itself (a local address), not to a container")),
+        (Route(UNICAST, "eth0", "192.168.1.1"), set(),
+         (None, "the host routes it through the gateway 192.168.1.1 on eth0")),
+        (Route(UNICAST, "eth0"), {"cni0", "veth1"},
+         (None, "the host routes it via eth0, none of the chain's (cni0, veth1)")),
+    ],
+)  # fmt: skip
+def test_only_an_on_link_interface_of_the_chain_gets_it(
+    route: Route | None, host_side: set[str], expected: tuple[str | None, str]
+) -> None:
+    assert choose(route, host_side) == expected
