@@ -19,6 +19,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
+    from common.rtnl import NetlinkSocket
     from portmap.libnftables import Context
 
 # The only directories an iptables tool is run from (absolute, root's own), never PATH:
@@ -198,13 +199,50 @@ RTM_NEWROUTE, RTM_GETROUTE = 24, 26
 RTA_DST, RTA_OIF, RTA_GATEWAY = 1, 4, 5
 
 
+IFLA_IFNAME, IFLA_LINKINFO, IFLA_INFO_KIND = 3, 18, 1
+
+
 class Route(Value):
     """The kernel's route to an address: its type (RTN_UNICAST 1, RTN_LOCAL 2, ...), the
-    output interface's name and the gateway ("" when on-link)."""
+    output device's name, the gateway ("" when on-link) and the device's kind ("bridge",
+    "veth", ...; "" for a plain device)."""
 
     kind: int
     oif: str
     gateway: str = ""
+    link_kind: str = ""
+
+
+def _first(
+    replies: Iterable[bytes], msg_type: int, head: int
+) -> tuple[bytes, dict[int, bytes]] | None:
+    """(fixed header, attributes) of the first reply of `msg_type`, reading all."""
+    from common.rtnl import NLMSG_HDRLEN, nlas
+
+    found = None
+    for reply in replies:
+        if found is None and struct.unpack_from("=H", reply, 4)[0] == msg_type:
+            body = reply[NLMSG_HDRLEN:]
+            found = (body[:head], dict(nlas(body[head:])))
+    return found
+
+
+def _link(nl: NetlinkSocket, index: int) -> tuple[str, str]:
+    """(name, kind) of the device with ifindex `index`; ("", "") when it is gone."""
+    from common.rtnl import RTM_GETLINK, RTM_NEWLINK, NetlinkError, nlas
+
+    ifinfomsg = struct.pack("=BxHiII", _socket.AF_UNSPEC, 0, index, 0, 0)
+    try:
+        found = _first(nl.request(RTM_GETLINK, 0, ifinfomsg), RTM_NEWLINK, len(ifinfomsg))
+    except NetlinkError:
+        return "", ""
+    if found is None:
+        return "", ""
+    attrs = found[1]
+    name = attrs.get(IFLA_IFNAME, b"").split(b"\0", 1)[0].decode(errors="replace")
+    info = dict(nlas(attrs.get(IFLA_LINKINFO, b"")))
+    kind = info.get(IFLA_INFO_KIND, b"").split(b"\0", 1)[0].decode(errors="replace")
+    return name, kind
 
 
 class Kernel:
@@ -217,33 +255,29 @@ class Kernel:
 
     def route_v4(self, ip: str) -> Route | None:
         """The host's route to a container address, as the kernel resolves it (policy
-        rules and every table; one RTM_GETROUTE, built here: no pyroute2 on the ADD
-        path); None when there is none (unreachable, blackhole, prohibited)."""
-        from common.rtnl import NETLINK_ROUTE, NLMSG_HDRLEN, NetlinkSocket, nla, nlas
+        rules and every table), with its output device's name and kind: an RTM_GETROUTE
+        and an RTM_GETLINK, built here (no pyroute2 on the ADD path). None when there is
+        no route (unreachable, blackhole, prohibited)."""
+        from common.rtnl import NETLINK_ROUTE, NetlinkSocket, nla
 
         # struct rtmsg: family, dst_len, src_len, tos, table, protocol, scope, type, flags
         rtmsg = struct.pack("=BBBBBBBBI", _socket.AF_INET, 32, 0, 0, 0, 0, 0, 0, 0)
         body = rtmsg + nla(RTA_DST, _socket.inet_pton(_socket.AF_INET, ip))
         try:
             with NetlinkSocket(NETLINK_ROUTE) as nl:
-                replies = list(nl.request(RTM_GETROUTE, 0, body))
+                found = _first(nl.request(RTM_GETROUTE, 0, body), RTM_NEWROUTE, len(rtmsg))
+                if found is None:
+                    return None
+                kind, attrs = found[0][7], found[1]
+                gateway = attrs.get(RTA_GATEWAY, b"")
+                via = _socket.inet_ntop(_socket.AF_INET, gateway) if len(gateway) == 4 else ""
+                name = link_kind = ""
+                if RTA_OIF in attrs:
+                    (index,) = struct.unpack("=I", attrs[RTA_OIF][:4])
+                    name, link_kind = _link(nl, index)
         except OSError:
             return None
-        for reply in replies:
-            if struct.unpack_from("=H", reply, 4)[0] != RTM_NEWROUTE:
-                continue
-            kind = reply[NLMSG_HDRLEN + 7]
-            attrs = dict(nlas(reply[NLMSG_HDRLEN + len(rtmsg) :]))
-            oif = ""
-            if RTA_OIF in attrs:
-                try:
-                    oif = _socket.if_indextoname(struct.unpack("=I", attrs[RTA_OIF][:4])[0])
-                except OSError:
-                    oif = ""  # gone in between
-            gateway = attrs.get(RTA_GATEWAY, b"")
-            via = _socket.inet_ntop(_socket.AF_INET, gateway) if len(gateway) == 4 else ""
-            return Route(kind, oif, via)
-        return None
+        return Route(kind, name, via, link_kind)
 
     # The host's own sysctls, in the plugin's netns.
     def read_sysctl(self, path: str) -> str:

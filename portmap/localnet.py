@@ -9,8 +9,10 @@ the container, and goes back off when the last attachment that needed it goes.
 
 Which interface (`choose`, pure): the kernel's answer to "route to the container" (an
 RTM_GETROUTE, so policy rules and every table count, as for the packets themselves):
-a unicast route on a link of the host (no gateway), not the loopback device, and, where
-prevResult names the host-side interfaces the chain made (bridge, veth), one of them.
+a unicast route on a link of the host (no gateway), not the loopback device, and one of
+the host-side interfaces prevResult names (what the chain made: bridge, veth), or where
+it names none (Calico marks even its host veth as the sandbox's), a bridge or a veth:
+never a plain device such as an uplink, the parent of a macvlan container.
 Anything else (the address is the host's own, routed via a gateway, unreachable) gets
 nothing and a warning: 127.0.0.1:hostPort then does not reach that container.
 
@@ -38,6 +40,9 @@ if TYPE_CHECKING:
 
 RTN_UNICAST = 1
 LOOPBACK = "lo"
+# what connects containers to the host: a plain device (an uplink, a bond, a VLAN: the
+# parent of a macvlan container) also faces other hosts
+CONTAINER_LINKS = ("bridge", "veth")
 SWITCHED = "switched"  # <if>@switched: portmap turned it on (no tag is spelled so)
 LOCK = "lock"
 _TAG = frozenset("0123456789abcdef-")
@@ -65,6 +70,10 @@ def choose(route: Route | None, host_side: set[str]) -> tuple[str | None, str]:
     if host_side and route.oif not in host_side:
         names = ", ".join(sorted(host_side))
         return None, f"the host routes it via {route.oif}, none of the chain's ({names})"
+    if not host_side and route.link_kind not in CONTAINER_LINKS:
+        article = "an" if route.link_kind[:1] in tuple("aeiou") else "a"
+        kind = f"{article} {route.link_kind} device" if route.link_kind else "a plain device"
+        return None, f"the host routes it via {route.oif}, {kind}, not a bridge or veth"
     return route.oif, ""
 
 

@@ -79,7 +79,7 @@ def host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Host:
 def test_the_interface_is_the_kernels_route_not_the_main_tables(host: Host) -> None:
     """A policy rule routes 10.77/16 via br77; the main table's default goes via eth0."""
     host.fake.routes = {
-        "10.77.0.0/16": Route(1, "br77"),
+        "10.77.0.0/16": Route(1, "br77", "", "bridge"),
         "0.0.0.0/0": Route(1, "eth0", "192.0.2.1"),
     }
     assert host.run("ADD", ip="10.77.0.5/16")[0] == 0
@@ -125,7 +125,7 @@ def test_gc_puts_it_back_for_attachments_whose_del_never_finished(host: Host) ->
 def test_a_repeated_add_routed_elsewhere_moves_it(host: Host) -> None:
     assert host.run("ADD", ip="10.77.0.5/16")[0] == 0
     assert host.on() == ["cni0"]
-    host.fake.routes = {"10.77.0.0/16": Route(1, "br77")}
+    host.fake.routes = {"10.77.0.0/16": Route(1, "br77", "", "bridge")}
     assert host.run("ADD", ip="10.77.0.5/16")[0] == 0
     assert host.on() == ["br77"]
     assert host.run("ADD", ip="10.77.0.5/16", snat=False)[0] == 0  # needs none now
@@ -142,6 +142,7 @@ def test_a_repeated_add_routed_elsewhere_moves_it(host: Host) -> None:
         (Route(1, "eth0"), ("cni0", "veth1"),
          "the host routes it via eth0, none of the chain's (cni0, veth1)"),
         (None, (), "the host has no route to it"),
+        (Route(1, "eth0"), (), "the host routes it via eth0, a plain device, not a bridge or veth"),
     ],
 )  # fmt: skip
 def test_an_interface_that_does_not_face_the_container_is_left_alone(
@@ -165,7 +166,7 @@ def test_a_loopback_container_address_is_refused_before_anything(host: Host) -> 
 
 
 def test_an_add_that_cannot_switch_it_undoes_itself(host: Host) -> None:
-    host.fake.routes = {"10.88.0.0/16": Route(1, "gone0")}  # its sysctls went with it
+    host.fake.routes = {"10.88.0.0/16": Route(1, "gone0", "", "bridge")}  # its sysctls went with it
     before = host.fake.dump()
     code, error = host.run("ADD")
     assert (code, error["code"]) == (1, 100)  # KERNEL_FAILURE

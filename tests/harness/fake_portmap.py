@@ -431,7 +431,7 @@ class FakeNetfilter(Kernel):
             key=lambda n: n.prefixlen,
             default=None,
         )
-        return self.routes[str(best)] if best is not None else Route(1, "cni0")
+        return self.routes[str(best)] if best is not None else Route(1, "cni0", "", "bridge")
 
     def read_sysctl(self, path: str) -> str:
         if path not in self.sysctls:

@@ -164,3 +164,18 @@ def test_a_container_address_routed_via_a_gateway_gets_no_route_localnet(lab: La
     assert not neighbour_reaches_localhost(lab, w.ext)
     log = Path(lab.env["CNI_META_LOG_FILE"]).read_text()
     assert "route_localnet left alone: 127.0.0.1:hostPort will not reach 10.99.0.5" in log
+
+
+def test_a_container_on_a_plain_devices_link_gets_no_route_localnet(lab: Lab) -> None:
+    """A macvlan container sits on its parent's link: the route to it is on-link via that
+    device, which faces other hosts too (an ifb device stands in for the uplink)."""
+    policy_routed_world(lab)
+    lab.host.ip("link", "add", "cmpup0", "type", "ifb")
+    lab.host.ip("addr", "add", "192.168.99.1/24", "dev", "cmpup0")
+    lab.host.ip("link", "set", "cmpup0", "up")
+    run = run_plugin(PORTMAP, "ADD", _direct(lab, "192.168.99.5/24"), host=lab.host,
+                     env=lab.env, netns=lab.ctr.path)  # fmt: skip
+    assert run.returncode == 0, run.stdout
+    assert localnet(lab.host, "cmpup0") == "0"
+    log = Path(lab.env["CNI_META_LOG_FILE"]).read_text()
+    assert "via cmpup0, an ifb device, not a bridge or veth" in log

@@ -13,7 +13,8 @@ UNICAST, LOCAL = 1, 2
 @pytest.mark.parametrize(
     ("route", "host_side", "expected"),
     [
-        (Route(UNICAST, "cni0"), set(), ("cni0", "")),
+        (Route(UNICAST, "cni0", "", "bridge"), set(), ("cni0", "")),
+        (Route(UNICAST, "cali1", "", "veth"), set(), ("cali1", "")),  # Calico: no host side
         (Route(UNICAST, "cni0"), {"cni0", "veth1"}, ("cni0", "")),
         (Route(UNICAST, "veth1"), {"cni0", "veth1"}, ("veth1", "")),  # ptp: the host veth
         (None, set(), (None, "the host has no route to it")),
@@ -25,6 +26,11 @@ UNICAST, LOCAL = 1, 2
          (None, "the host routes it through the gateway 192.168.1.1 on eth0")),
         (Route(UNICAST, "eth0"), {"cni0", "veth1"},
          (None, "the host routes it via eth0, none of the chain's (cni0, veth1)")),
+        # macvlan: the container is on the uplink's own link
+        (Route(UNICAST, "eth0"), set(),
+         (None, "the host routes it via eth0, a plain device, not a bridge or veth")),
+        (Route(UNICAST, "bond0", "", "bond"), set(),
+         (None, "the host routes it via bond0, a bond device, not a bridge or veth")),
     ],
 )  # fmt: skip
 def test_only_an_on_link_interface_of_the_chain_gets_it(
