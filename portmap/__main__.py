@@ -5,7 +5,9 @@ plan     portmap/plan.py      the attachment's forwards and masquerading, pure d
 apply    portmap/nft.py       nftables backend (default): map elements, one transaction
          portmap/xtables.py   iptables backend (iptables-restore, the host's variant)
 kernel   portmap/kernel.py    the kernel ports handed to the verbs (one per backend,
-                              and route_localnet's interface, UDP conntrack flush)
+                              and the route to a container, sysctls, UDP conntrack flush)
+         portmap/localnet.py  route_localnet: which interface may get it, who needs it,
+                              back off with the last attachment that did
 verbs    portmap/verbs.py     which backend; ADD, DEL, CHECK, GC, STATUS on top of the
                               above, imported on first use (VERSION stays cheap)
 """

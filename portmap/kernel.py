@@ -13,10 +13,13 @@ import _socket  # not socket: that imports selectors and enum
 import os
 import struct
 
+from common.values import Value
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
+    from common.rtnl import NetlinkSocket
     from portmap.libnftables import Context
 
 # The only directories an iptables tool is run from (absolute, root's own), never PATH:
@@ -215,28 +218,90 @@ def _udp_destination(payload: bytes) -> tuple[bytes, bytes, int, bytes] | None:
     return tuple_raw, entry.get(CTA_ZONE, b""), port, addr
 
 
+# linux/rtnetlink.h
+RTM_NEWROUTE, RTM_GETROUTE = 24, 26
+RTA_DST, RTA_OIF, RTA_GATEWAY = 1, 4, 5
+
+
+IFLA_IFNAME, IFLA_LINKINFO, IFLA_INFO_KIND = 3, 18, 1
+
+
+class Route(Value):
+    """The kernel's route to an address: its type (RTN_UNICAST 1, RTN_LOCAL 2, ...), the
+    output device's name, the gateway ("" when on-link) and the device's kind ("bridge",
+    "veth", ...; "" for a plain device)."""
+
+    kind: int
+    oif: str
+    gateway: str = ""
+    link_kind: str = ""
+
+
+def _first(
+    replies: Iterable[bytes], msg_type: int, head: int
+) -> tuple[bytes, dict[int, bytes]] | None:
+    """(fixed header, attributes) of the first reply of `msg_type`, reading all."""
+    from common.rtnl import NLMSG_HDRLEN, nlas
+
+    found = None
+    for reply in replies:
+        if found is None and struct.unpack_from("=H", reply, 4)[0] == msg_type:
+            body = reply[NLMSG_HDRLEN:]
+            found = (body[:head], dict(nlas(body[head:])))
+    return found
+
+
+def _link(nl: NetlinkSocket, index: int) -> tuple[str, str]:
+    """(name, kind) of the device with ifindex `index`; ("", "") when it is gone."""
+    from common.rtnl import RTM_GETLINK, RTM_NEWLINK, NetlinkError, nlas
+
+    ifinfomsg = struct.pack("=BxHiII", _socket.AF_UNSPEC, 0, index, 0, 0)
+    try:
+        found = _first(nl.request(RTM_GETLINK, 0, ifinfomsg), RTM_NEWLINK, len(ifinfomsg))
+    except NetlinkError:
+        return "", ""
+    if found is None:
+        return "", ""
+    attrs = found[1]
+    name = attrs.get(IFLA_IFNAME, b"").split(b"\0", 1)[0].decode(errors="replace")
+    info = dict(nlas(attrs.get(IFLA_LINKINFO, b"")))
+    kind = info.get(IFLA_INFO_KIND, b"").split(b"\0", 1)[0].decode(errors="replace")
+    return name, kind
+
+
 class Kernel:
     """The host as portmap's verbs reach it: the backends' ports, route_localnet on the
-    interface toward a container, and the UDP conntrack flush."""
+    interface toward a container (the route to it, the sysctls), and the UDP conntrack flush."""
 
     def __init__(self) -> None:
         self.nft = NftKernel()
         self.xtables = XtablesKernel(self.nft)
 
-    def route_oif_v4(self, ip: str) -> str | None:
-        """The interface the host routes a container address through (the bridge), whose
-        route_localnet must be on for 127.0.0.1 to be forwarded: the longest-prefix IPv4 route
-        of the main table, from /proc/net/route (no socket module to import on the ADD path)."""
-        target = sum(int(b) << (8 * i) for i, b in enumerate(ip.split(".")))  # little-endian
+    def route_v4(self, ip: str) -> Route | None:
+        """The host's route to a container address, as the kernel resolves it (policy
+        rules and every table), with its output device's name and kind: an RTM_GETROUTE
+        and an RTM_GETLINK, built here (no pyroute2 on the ADD path). None when there is
+        no route (unreachable, blackhole, prohibited)."""
+        from common.rtnl import NETLINK_ROUTE, NetlinkSocket, nla
+
+        # struct rtmsg: family, dst_len, src_len, tos, table, protocol, scope, type, flags
+        rtmsg = struct.pack("=BBBBBBBBI", _socket.AF_INET, 32, 0, 0, 0, 0, 0, 0, 0)
+        body = rtmsg + nla(RTA_DST, _socket.inet_pton(_socket.AF_INET, ip))
         try:
-            with open("/proc/net/route") as f:
-                rows = [line.split() for line in f.read().splitlines()[1:]]
+            with NetlinkSocket(NETLINK_ROUTE) as nl:
+                found = _first(nl.request(RTM_GETROUTE, 0, body), RTM_NEWROUTE, len(rtmsg))
+                if found is None:
+                    return None
+                kind, attrs = found[0][7], found[1]
+                gateway = attrs.get(RTA_GATEWAY, b"")
+                via = _socket.inet_ntop(_socket.AF_INET, gateway) if len(gateway) == 4 else ""
+                name = link_kind = ""
+                if RTA_OIF in attrs:
+                    (index,) = struct.unpack("=I", attrs[RTA_OIF][:4])
+                    name, link_kind = _link(nl, index)
         except OSError:
             return None
-        # columns: Iface Destination Gateway Flags RefCnt Use Metric Mask ...
-        routes = [r for r in rows if len(r) >= 8 and target & int(r[7], 16) == int(r[1], 16)]
-        best = max(routes, key=lambda r: (int(r[7], 16).bit_count(), -int(r[6])), default=None)
-        return best[0] if best else None
+        return Route(kind, name, via, link_kind)
 
     # The host's own sysctls, in the plugin's netns.
     def read_sysctl(self, path: str) -> str:

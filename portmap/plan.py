@@ -105,6 +105,13 @@ def container_addresses(prev: Result, ifname: str) -> dict[int, tuple[str, int, 
             raise invalid_config(
                 f"prevResult address {ipc.address!r} is not an address with a prefix length"
             ) from None
+        if iface.ip.is_loopback:
+            # a DNAT there would hand the host port to the host's own loopback services
+            raise invalid_config(
+                f"prevResult address {ipc.address} of {ifname} is a loopback address",
+                "portmap forwards host ports to the container's address: give the "
+                "container one that is not in 127.0.0.0/8 or ::1",
+            )
         out[ipc.family] = (
             iface.ip.compressed,
             iface.network.prefixlen,

@@ -121,25 +121,37 @@ def for_gc(
 # ---------------------------------------------------------------------------- host extras
 
 
-def _route_localnet_path(plan: Plan, kernel: Kernel) -> list[tuple[str, str]]:
-    """(container address, /proc path) of route_localnet for each family that needs it."""
-    out = []
-    for fp in plan.families:
-        if fp.forwards and fp.localhost:
-            oif = kernel.route_oif_v4(fp.container_ip)
-            if oif:
-                out.append((fp.container_ip, f"/proc/sys/net/ipv4/conf/{oif}/route_localnet"))
-    return out
+def claim_localnet(request: Request, plan: Plan, kernel: Kernel, sd: AttachmentStore) -> None:
+    """route_localnet on the interface toward the container, when localhost forwarding
+    needs it and that interface faces the container; recorded, so that the last
+    attachment to need it puts it back (portmap.localnet). A repeated ADD that needs it
+    no more, or elsewhere, lets go of the old one."""
+    from portmap.localnet import Registry, interface_for, tag_of
+
+    tag = tag_of(sd.file_of(plan.attachment))
+    registry = Registry(kernel, request.log)
+    ifname = interface_for(plan, request.conf.prev_result, kernel, request.log)
+    if ifname is None:
+        registry.release(tag)
+        return
+    try:
+        registry.claim(tag, ifname)
+    except CniError:  # its state directory
+        registry.release(tag)
+        raise
+    except OSError as e:
+        registry.release(tag)
+        raise CniError(
+            KERNEL_FAILURE, f"cannot enable route_localnet on {ifname}", str(e)
+        ) from None
 
 
-def enable_route_localnet(plan: Plan, kernel: Kernel) -> None:
-    for ip, path in _route_localnet_path(plan, kernel):
-        try:
-            kernel.write_sysctl(path, "1")
-        except OSError as e:
-            raise CniError(
-                KERNEL_FAILURE, f"cannot enable route_localnet toward {ip} ({path})", str(e)
-            ) from None
+def release_localnet(
+    att: Attachment, request: Request, kernel: Kernel, sd: AttachmentStore
+) -> None:
+    from portmap.localnet import Registry, tag_of
+
+    Registry(kernel, request.log).release(tag_of(sd.file_of(att)))
 
 
 def flush_conntrack(targets: UdpTargets, log: Log, kernel: Kernel) -> None:
@@ -185,7 +197,7 @@ def add(request: Request) -> Result | None:
     # After the mappings, not before: a refused ADD must leave the interface's
     # route_localnet as it was (it is shared by every container behind it).
     try:
-        enable_route_localnet(plan, kernel)
+        claim_localnet(request, plan, kernel, sd)
     except CniError:
         backend.delete(attachment(request), plan)
         raise
@@ -239,6 +251,7 @@ def delete(request: Request) -> None:
         cidrs = [ip.address for ip in prev.container_ips(att.ifname)] if prev else []
         released = release(att.network, att.container_id, cidrs, sd, request.log, kernel)
         flush_conntrack(released, request.log, kernel)
+    release_localnet(att, request, kernel, sd)
 
 
 def check(request: Request) -> None:
@@ -265,16 +278,19 @@ def check(request: Request) -> None:
             f"port mappings of {plan.attachment} differ from the config",
             "; ".join(problems[:10]) + more,
         )
-    for ip, path in _route_localnet_path(plan, kernel):
+    from portmap.localnet import interface_for, needed, sysctl_path
+
+    ifname = interface_for(plan, prev, kernel, request.log)
+    if ifname is not None:
         try:
-            on = kernel.read_sysctl(path).strip() == "1"
+            on = kernel.read_sysctl(sysctl_path(ifname)).strip() == "1"
         except OSError:
             on = False
         if not on:
             raise CniError(
                 CHECK_FAILED,
-                f"route_localnet is off on the interface toward {ip}",
-                f"{path} is not 1: 127.0.0.1:hostPort cannot reach the container",
+                f"route_localnet is off on {ifname}, the interface toward {needed(plan)}",
+                f"{sysctl_path(ifname)} is not 1: 127.0.0.1:hostPort cannot reach the container",
             )
 
 
@@ -289,6 +305,9 @@ def gc(request: Request) -> None:
     kernel = kernel_of(request)
     for backend in for_gc(config.options, request.network, sd, request.log, kernel):
         flush_conntrack(backend.gc(request.network, valid, before), request.log, kernel)
+    from portmap.localnet import Registry
+
+    Registry(kernel, request.log).sweep(cfg.network_tag(request.network) + "-", sd)
 
 
 def status(request: Request) -> None:

@@ -477,40 +477,76 @@ def _owner(sd: AttachmentStore, j: Jump) -> str:
     return recorded_owner(sd, go[0], go[1], j.target) or f"{go[0]}/{go[1]}"
 
 
-def _taken(rule: Jump, fp: FamilyPlan) -> Forward | None:
-    """The plan's forward whose host ports the DNAT `rule` maps already, if any."""
-    if rule.target != "DNAT" or rule.dports is None:
-        return None
-    first, last_taken = rule.dports
-    for fw in fp.forwards:
-        same = rule.protocol == fw.protocol and rule.host_ip == fw.host_ip
-        if same and first <= fw.host_port + fw.count - 1 and fw.host_port <= last_taken:
-            return fw
-    return None
+def _overlaps(rule: Jump, fw: Forward) -> bool:
+    """Whether the DNAT `rule` maps a host port of `fw` (same protocol)."""
+    if rule.target != "DNAT" or rule.dports is None or rule.protocol != fw.protocol:
+        return False
+    first, last = rule.dports
+    return first <= fw.host_port + fw.count - 1 and fw.host_port <= last
 
 
-def conflicts(table: NatTable, fp: FamilyPlan, chain: str, sd: AttachmentStore) -> None:
-    """A host port of the plan that another chain in CNI-HOSTPORT-DNAT DNATs already is
-    error 101. Go's jumps name no address: the DNAT rules of the chains do."""
-    seen = {chain}
+def placement(table: NatTable, fp: FamilyPlan, chain: str, sd: AttachmentStore) -> int | None:
+    """Where in CNI-HOSTPORT-DNAT the jumps of this attachment go: a 1-based position to
+    insert them at, or None to append them (as Go does). Error 101 when a host port of the
+    plan is DNATed by another chain already.
+
+    Go's jumps name ports, not addresses: a packet enters the chain of every jump whose
+    ports it matches, in order, until a DNAT rule of one matches its address. So for a
+    specific host address to beat a wildcard on the same port, as the nftables backend's
+    lookups do, the chain holding the specific rule must come first. This attachment's
+    jumps therefore go below every chain with a specific address on a port it maps as a
+    wildcard, and above every chain with a wildcard on a port it maps to a specific
+    address: appended unless the latter exists, else just above the first such chain.
+    When both cannot hold (a chain with a wildcard on one of our specific ports sits
+    above a chain with a specific address on one of our wildcard ports), no order gives
+    every address its owner: error 101 rather than a shadowed mapping."""
+    above: tuple[int, Jump] | None = None  # the last jump that must stay above ours
+    below: tuple[int, Jump] | None = None  # the first jump that must stay below ours
+    rules: dict[str, list[Jump]] = {}
+    position = 0
     for j in table.jumps():
-        if j.target in seen:
-            continue
-        seen.add(j.target)
-        for raw in table.lines.get(j.target, []):
-            fw = _taken(Jump(raw), fp)
-            if fw is not None:
-                where = fw.describe(fp.family)
-                raise CniError(
-                    CONFLICT,
-                    f"host port {where} is already mapped by attachment {_owner(sd, j)}",
-                    "remove that mapping first (or use another host port); nothing was changed",
-                )
+        if j.target == chain:
+            continue  # ours: deleted before the new ones go in
+        position += 1
+        if j.target not in rules:
+            rules[j.target] = [Jump(raw) for raw in table.lines.get(j.target, [])]
+        for rule in rules[j.target]:
+            if j.protocol and rule.protocol != j.protocol:
+                continue  # this jump never sends that rule's packets there
+            for fw in fp.forwards:
+                if not _overlaps(rule, fw):
+                    continue
+                if rule.host_ip == fw.host_ip:
+                    where = fw.describe(fp.family)
+                    raise CniError(
+                        CONFLICT,
+                        f"host port {where} is already mapped by attachment {_owner(sd, j)}",
+                        "remove that mapping first (or use another host port); nothing was changed",
+                    )
+                if fw.host_ip is None:
+                    above = (position, j)
+                elif rule.host_ip is None and below is None:
+                    below = (position, j)
+    if below is None:
+        return None
+    if above is not None and above[0] > below[0]:
+        raise CniError(
+            CONFLICT,
+            f"the IPv{fp.family} host ports of this attachment cannot be ordered against "
+            f"attachments {_owner(sd, below[1])} and {_owner(sd, above[1])}",
+            "a specific hostIP of ours shares a port with the first one's wildcard, and a "
+            "wildcard of ours with the second one's specific hostIP, and the first comes "
+            "before the second; use other host ports; nothing was changed",
+        )
+    return below[0]
 
 
-def installation(table: NatTable, fp: FamilyPlan, plan: Plan, name: str) -> list[str]:
+def installation(
+    table: NatTable, fp: FamilyPlan, plan: Plan, name: str, at: int | None = None
+) -> list[str]:
     """Lines replacing this attachment's rules of one family with the plan's, in chain
-    `name`: Go's rules, in Go's order of creation."""
+    `name`: Go's rules, in Go's order of creation; its jumps appended, or inserted at
+    position `at` of CNI-HOSTPORT-DNAT (placement)."""
     external, bit = plan.external_mark_chain, plan.mark_bit
     lines: list[str] = []
     if fp.masquerade != MASQ_NONE and external and external not in table.chains:
@@ -539,12 +575,10 @@ def installation(table: NatTable, fp: FamilyPlan, plan: Plan, name: str) -> list
     for fw in chain_order(fp.forwards):
         lines += [line("-A", name, words) for words in per_port(fp, fw, mark_chain)]
     entries = jumps(plan, fp, name)
-    if any(fw.host_ip for fw in fp.forwards):
-        # Go appends every jump; an attachment with a specific host address goes first
-        # so that its address wins over another attachment's wildcard on the same port.
-        lines += [line("-I", f"{TOP} {i}", words) for i, words in enumerate(entries, 1)]
-    else:
+    if at is None:
         lines += [line("-A", TOP, words) for words in entries]
+    else:
+        lines += [line("-I", f"{TOP} {i}", words) for i, words in enumerate(entries, at)]
     return lines
 
 
@@ -660,9 +694,9 @@ class XtablesBackend:
             if fp.family in done:
                 continue
             table = tables.pop(fp.family, None) or self._table(variant, fp.family)
-            conflicts(table, fp, name, self.sd)
+            at = placement(table, fp, name, self.sd)
             if fp.forwards:
-                changes.append((fp.family, installation(table, fp, plan, name)))
+                changes.append((fp.family, installation(table, fp, plan, name, at)))
             else:
                 changes.append((fp.family, removal(table, name, fp.family)[0]))
         for family, lines in changes:

@@ -360,7 +360,8 @@ def test_iptables_restore_lines_of_an_add() -> None:
     assert f"-A {name} -d 192.0.2.1/32 -p tcp -m tcp --dport 8080 -j DNAT " \
         "--to-destination 10.88.0.5:80" in lines  # fmt: skip
     comment = f'"dnat name: \\"{ATT.network}\\" id: \\"{ATT.container_id}\\""'
-    assert lines[-1] == (f"-I CNI-HOSTPORT-DNAT 1 -m comment --comment {comment} -m multiport "
+    # appended, as Go: nothing in the table to order it against (see placement)
+    assert lines[-1] == (f"-A CNI-HOSTPORT-DNAT -m comment --comment {comment} -m multiport "
                          f"-p tcp --dports 8080 ! -s 10.1.0.0/16 -j {name}")  # fmt: skip
 
 

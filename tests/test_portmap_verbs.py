@@ -246,15 +246,15 @@ def test_second_add_replaces_the_mappings_in_one_transaction(world: World) -> No
                    f"delete element {T} hairpin4 {{ 10.88.0.0 . 10.88.0.5 }}",
                    f"delete element {T} masq4 {{ 10.88.0.5 }}",
                    f"delete element {T} owners {{ {owner('ctr1')} }}"]  # fmt: skip
-        # no read at all: the state file said what is ours
+        # no read at all: the state file said what is ours; route_localnet is on already
         replace = [*deletes, *nft_elements("ctr1", "10.88.0.5")]
-        assert world.fake.sent(reads=True) == sent("nft", replace) + LOCALNET_ON + FLUSH
+        assert world.fake.sent(reads=True) == sent("nft", replace) + FLUSH
     else:
         redo = [line.replace("-A CNI-HOSTPORT-DNAT", "-D CNI-HOSTPORT-DNAT")
                 for line in ipt_jumps("ctr1")]  # fmt: skip
         redo += [f"-F {chain('ctr1')}", *ipt_chain_rules("ctr1", "10.88.0.5")]
         redo += ipt_jumps("ctr1", saved=False)
-        assert world.fake.sent() == sent("nft ipv4", redo) + LOCALNET_ON + FLUSH
+        assert world.fake.sent() == sent("nft ipv4", redo) + FLUSH
 
 
 def test_the_record_is_an_intent_while_the_kernel_changes_and_committed_after(
@@ -296,7 +296,7 @@ def test_check_passes_then_names_what_went_missing(world: World) -> None:
     world.fake.sysctls[ROUTE_LOCALNET] = "0"
     code, error = world.run("CHECK")
     assert (code, error["code"]) == (1, 102)
-    assert error["msg"] == "route_localnet is off on the interface toward 10.88.0.5"
+    assert error["msg"] == "route_localnet is off on cni0, the interface toward 10.88.0.5"
 
 
 def test_a_host_port_held_by_another_attachment_is_a_conflict_and_changes_nothing(
@@ -345,9 +345,8 @@ def test_an_add_beside_another_attachment_sends_its_elements_only(world: World) 
     world.run("ADD")
     world.fake.sent()
     assert world.run("ADD", cid="ctr2", ip="10.88.0.6", mappings=SECOND)[0] == 0
-    assert world.fake.sent(reads=True) == (
-        sent("nft", second_elements("ctr2", "10.88.0.6")) + LOCALNET_ON
-    )
+    # route_localnet is on already (the first one's)
+    assert world.fake.sent(reads=True) == sent("nft", second_elements("ctr2", "10.88.0.6"))
 
 
 def test_an_add_whose_masq_chain_is_missing_fails_fast_then_writes_it(world: World) -> None:
@@ -362,7 +361,7 @@ def test_an_add_whose_masq_chain_is_missing_fails_fast_then_writes_it(world: Wor
     attempt = second_elements("ctr2", "10.88.0.6")
     assert world.fake.sent() == (
         sent("nft", attempt) + f"nft: -> {ENOENT} (add element {T} masq4)\n"
-        + sent("nft", [nft.OWNERS_SET, *NFT_MASQ_CHAIN, *attempt]) + LOCALNET_ON
+        + sent("nft", [nft.OWNERS_SET, *NFT_MASQ_CHAIN, *attempt])
     )  # fmt: skip
     assert world.fake.nft.table is not None
     assert world.fake.nft.table["chains"]["masq4-p16"] == [
@@ -419,17 +418,18 @@ def test_del_of_the_last_attachment_removes_everything_and_a_second_del_nothing(
     world.run("ADD")
     world.fake.sent()
     assert world.run("DEL") == (0, None)
-    # route_localnet is the interface's: it stays; so do the iptables backend's shared
-    # chains (as the Go plugin's do)
-    left = LOCALNET_ON if world.backend == "nftables" else IPT_SHARED + LOCALNET_ON
+    # route_localnet goes back off (portmap turned it on, and the last attachment that
+    # needed it is gone); the iptables backend's shared chains stay (as Go's do)
+    off = f"sysctl {ROUTE_LOCALNET} = 0\n"
+    left = off if world.backend == "nftables" else IPT_SHARED + off
     assert world.fake.dump() == left
     if world.backend == "nftables":
-        assert world.fake.sent() == f"nft: delete table {T}\n" + FLUSH
+        assert world.fake.sent() == f"nft: delete table {T}\n" + FLUSH + off
     else:
         undo = [line.replace("-A CNI-HOSTPORT-DNAT", "-D CNI-HOSTPORT-DNAT")
                 for line in ipt_jumps("ctr1")]  # fmt: skip
         undo += [f"-F {chain('ctr1')}", f"-X {chain('ctr1')}"]
-        assert world.fake.sent() == sent("nft ipv4", undo) + FLUSH
+        assert world.fake.sent() == sent("nft ipv4", undo) + FLUSH + off
     assert world.records() == []
     assert world.run("DEL") == (0, None)
     assert world.fake.sent() == ""

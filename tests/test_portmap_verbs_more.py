@@ -285,31 +285,30 @@ def test_dual_stack_add_maps_each_familys_host_addresses_then_del_removes_them(
         dual.fake.sent()
     assert dual.run("CHECK", **keys) == (0, None)
     assert dual.run("DEL", **keys) == (0, None)
+    off = LOCALNET_ON.replace("= 1", "= 0")  # portmap turned it on: the last DEL puts it back
     if dual.backend == "nftables":
-        assert dual.fake.sent() == f"nft: delete table {T}\n" + FLUSH_BOTH
-        assert dual.fake.dump() == LOCALNET_ON
+        assert dual.fake.sent() == f"nft: delete table {T}\n" + FLUSH_BOTH + off
+        assert dual.fake.dump() == off
     else:
-        assert dual.fake.sent() == ipt_undo(dump, "ctr1") + FLUSH_BOTH
-        assert dual.fake.dump() == IPT_SHARED_BOTH + LOCALNET_ON
+        assert dual.fake.sent() == ipt_undo(dump, "ctr1") + FLUSH_BOTH + off
+        assert dual.fake.dump() == IPT_SHARED_BOTH + off
 
 
-def test_iptables_sends_the_hostip_jumps_first_and_the_conditions_after_the_ports(
-    ipt: Dual,
-) -> None:
-    """The restore text itself: the jumps of an attachment with a host address go in at
-    the top (before every wildcard), in their order; Go's argv, the conditions after the
-    ports (iptables-save moves -s to the front)."""
+def test_iptables_appends_go_jumps_with_the_conditions_after_the_ports(ipt: Dual) -> None:
+    """The restore text itself: with no wildcard of another attachment on its ports, the
+    jumps of an attachment with a host address are appended, as Go does, in their order;
+    Go's argv, the conditions after the ports (iptables-save moves -s to the front)."""
     assert ipt.run("ADD", **CONDITIONS["iptables"])[0] == 0
     dn, c = chain("ctr1"), go_comment("ctr1")
     text = ipt.fake.sent()
     assert sent("nft ipv4", [
-        f"-I CNI-HOSTPORT-DNAT 1 {c} -m multiport -p tcp --dports 8080,8443 "
+        f"-A CNI-HOSTPORT-DNAT {c} -m multiport -p tcp --dports 8080,8443 "
         f"-s 192.168.77.0/24 -j {dn}",
-        f"-I CNI-HOSTPORT-DNAT 2 {c} -m multiport -p udp --dports 5353 -s 192.168.77.0/24 -j {dn}",
+        f"-A CNI-HOSTPORT-DNAT {c} -m multiport -p udp --dports 5353 -s 192.168.77.0/24 -j {dn}",
     ]) in text  # fmt: skip
     assert sent("nft ipv6", [
-        f"-I CNI-HOSTPORT-DNAT 1 {c} -m multiport -p tcp --dports 8080,8443 ! -s fd77::/64 -j {dn}",
-        f"-I CNI-HOSTPORT-DNAT 2 {c} -m multiport -p udp --dports 5353 ! -s fd77::/64 -j {dn}",
+        f"-A CNI-HOSTPORT-DNAT {c} -m multiport -p tcp --dports 8080,8443 ! -s fd77::/64 -j {dn}",
+        f"-A CNI-HOSTPORT-DNAT {c} -m multiport -p udp --dports 5353 ! -s fd77::/64 -j {dn}",
     ]) in text  # fmt: skip
     assert f"nft ipv6: -N {dn}\n" in text
 
@@ -331,9 +330,9 @@ def test_hostip_mapping_and_wildcard_of_the_same_port_are_no_conflict(dual: Dual
     )
     assert dual.fake.dump() == before
     if dual.backend == "iptables":
-        # the jumps of the attachments with specific addresses come before the wildcard's
+        # appended as they came, but ctr3's specific address goes above ctr2's wildcard
         jumps = [x for x in before.splitlines() if x.startswith("-A CNI-HOSTPORT-DNAT")]
-        assert [x.split(" -j ")[-1] for x in jumps] == [chain(c) for c in ("ctr3", "ctr1", "ctr2")]
+        assert [x.split(" -j ")[-1] for x in jumps] == [chain(c) for c in ("ctr1", "ctr3", "ctr2")]
     else:
         claims = before.split("  set claims4\n")[1].split("  map masq4")[0]
         assert claims == (f'    192.168.77.1 . tcp . 8080 comment "{tag("ctr1")}"\n'
@@ -472,10 +471,11 @@ def test_gc_with_no_valid_attachment_left_undoes_the_last_one_as_del_does(dual: 
     gc = {"cniVersion": "1.1.0", "name": NET, "type": "portmap", "backend": dual.backend,
           "cni.dev/valid-attachments": []}  # fmt: skip
     assert dual.kernel.run("portmap", "GC", gc, netns="", kernel=dual.fake) == (0, None)
+    off = LOCALNET_ON.replace("= 1", "= 0")  # route_localnet too
     if dual.backend == "nftables":
-        assert dual.fake.sent() == f"nft: delete table {T}\n" + FLUSH_BOTH
-        assert dual.fake.dump() == LOCALNET_ON
+        assert dual.fake.sent() == f"nft: delete table {T}\n" + FLUSH_BOTH + off
+        assert dual.fake.dump() == off
     else:
         dump = ipt_dual_dump("ctr1", False)
-        assert dual.fake.sent() == ipt_undo(dump, "ctr1") + FLUSH_BOTH
-        assert dual.fake.dump() == IPT_SHARED_BOTH + LOCALNET_ON
+        assert dual.fake.sent() == ipt_undo(dump, "ctr1") + FLUSH_BOTH + off
+        assert dual.fake.dump() == IPT_SHARED_BOTH + off

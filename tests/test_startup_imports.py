@@ -104,17 +104,20 @@ NOT_FOR = {
 # platform, re); bandwidth adds the tc modules of the kinds it sends and reads (tbf,
 # ingress, u32 with its actions: ~20 more), not pyroute2's whole tcmsg package.
 # A verb that reads or writes /proc/sys loads common.sysctl, the one reader and writer.
+# portmap's verbs load portmap.localnet (which interface gets route_localnet, and who
+# still needs it: DEL of the last one puts it back, through common.sysctl); ADD and
+# CHECK ask the kernel for the route to the container over common.rtnl.
 BUDGET = {
     ("portmap", "VERSION"): 9,
     ("bandwidth", "VERSION"): 9,
     ("tuning", "VERSION"): 9,
     ("flatnet_ipam", "VERSION"): 9,
-    ("portmap-nftables", "ADD"): 53,
-    ("portmap-nftables", "CHECK"): 53,
-    ("portmap-nftables", "DEL"): 43,  # no plan (nor ipaddress) when the state file says
-    ("portmap-iptables", "ADD"): 51,
-    ("portmap-iptables", "CHECK"): 50,
-    ("portmap-iptables", "DEL"): 39,
+    ("portmap-nftables", "ADD"): 55,
+    ("portmap-nftables", "CHECK"): 55,
+    ("portmap-nftables", "DEL"): 45,  # no plan (nor ipaddress) when the state file says
+    ("portmap-iptables", "ADD"): 52,
+    ("portmap-iptables", "CHECK"): 52,
+    ("portmap-iptables", "DEL"): 41,
     ("bandwidth", "ADD"): 140,
     ("bandwidth", "CHECK"): 139,
     ("bandwidth", "DEL"): 137,
@@ -125,7 +128,7 @@ BUDGET = {
     # bandwidth for an ifb in the container netns too: ctypes' setns).
     ("portmap-pass-through", "ADD"): 19,
     ("portmap-pass-through", "CHECK"): 19,
-    ("portmap-pass-through", "DEL"): 46,
+    ("portmap-pass-through", "DEL"): 47,
     ("bandwidth-pass-through", "ADD"): 19,
     ("bandwidth-pass-through", "CHECK"): 19,
     ("bandwidth-pass-through", "DEL"): 54,

@@ -44,7 +44,8 @@ STATE_STEPS = (
 )
 WATCHED = {
     "portmap": (
-        "portmap.verbs:enable_route_localnet",
+        "portmap.localnet:Registry.claim",
+        "portmap.localnet:Registry._put_back",
         "portmap.libnftables:Context.run",
         *STATE_STEPS,
     ),

@@ -17,7 +17,8 @@
   (variant, family)'s nat table: chains and rules as `iptables-save -t nat` prints them
   (matches in its order), and applies `iptables-restore --noflush` transactions (-N -A
   -I -D -F -X, all or nothing).
-* host extras: route_localnet's sysctl, every container address routed through `cni0`,
+* host extras: route_localnet's sysctls, every container address routed through `cni0`
+  (unless `routes` says otherwise),
   and the UDP conntrack flush (recorded, deletes nothing).
 
 Tests compare exact text: `dump()` of the model and `sent()`, the changes requested
@@ -34,7 +35,7 @@ import shlex
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from portmap.kernel import Kernel, NftKernel, XtablesKernel
+from portmap.kernel import Kernel, NftKernel, Route, XtablesKernel
 
 TABLE = "cni_meta_portmap"
 ROUTE_LOCALNET = "/proc/sys/net/ipv4/conf/cni0/route_localnet"
@@ -428,9 +429,22 @@ class FakeNetfilter(Kernel):
         self.nft = FakeNft(self.requests, self.xtables)
         self.xtables.nft = self.nft
         self.sysctls = {ROUTE_LOCALNET: "0"}
+        self.routes: dict[str, Route | None] = {}  # prefix -> the route to it
 
-    def route_oif_v4(self, ip: str) -> str | None:
-        return "cni0"
+    def route_v4(self, ip: str) -> Route | None:
+        """`routes`: the longest prefix holding `ip` (a kernel's answer, policy included);
+        every other address is on cni0."""
+        import ipaddress
+
+        address = ipaddress.ip_address(ip)
+        if address.is_loopback:
+            return Route(2, "lo")  # RTN_LOCAL, as the local table says
+        best = max(
+            (ipaddress.ip_network(p) for p in self.routes if address in ipaddress.ip_network(p)),
+            key=lambda n: n.prefixlen,
+            default=None,
+        )
+        return self.routes[str(best)] if best is not None else Route(1, "cni0", "", "bridge")
 
     def read_sysctl(self, path: str) -> str:
         if path not in self.sysctls:

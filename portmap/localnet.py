@@ -1,0 +1,194 @@
+"""route_localnet toward the container: which interface may get it, and giving it back.
+
+`127.0.0.1:hostPort` reaches a container only when the interface the host routes the
+container through has `net.ipv4.conf.<if>.route_localnet=1` (Linux otherwise drops a
+packet from or to 127.0.0.0/8 off the loopback interface as martian). The switch opens
+that interface to the node's own localhost: a neighbour on its link can then send to
+127.0.0.1 and reach services bound there. So it goes only on an interface that faces
+the container, and goes back off when the last attachment that needed it goes.
+
+Which interface (`choose`, pure): the kernel's answer to "route to the container" (an
+RTM_GETROUTE, so policy rules and every table count, as for the packets themselves):
+a unicast route on a link of the host (no gateway), not the loopback device, and one of
+the host-side interfaces prevResult names (what the chain made: bridge, veth), or where
+it names none (Calico marks even its host veth as the sandbox's), a bridge or a veth:
+never a plain device such as an uplink, the parent of a macvlan container.
+Anything else (the address is the host's own, routed via a gateway, unreachable) gets
+nothing and a warning: 127.0.0.1:hostPort then does not reach that container.
+
+Giving it back: the attachments that need it on an interface are kept in a directory
+of portmap's state, one file per attachment (`<if>@<its record's tag>`, not a record:
+no `.json`), and `<if>@switched` when portmap found the switch off and turned it on. When the last
+attachment's file goes (DEL, GC, a repeated ADD that no longer needs it), the switch
+goes back to what `switched` recorded. Every change of the directory and the sysctls is
+made under the directory's lock, whichever backend serves the call.
+"""
+
+from __future__ import annotations
+
+import os
+
+from common.env import plugin_dir
+from common.state import StateDir
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from common.log import Log
+    from common.result import Result
+    from portmap.kernel import Kernel, Route
+    from portmap.plan import Plan
+
+RTN_UNICAST = 1
+LOOPBACK = "lo"
+# what connects containers to the host: a plain device (an uplink, a bond, a VLAN: the
+# parent of a macvlan container) also faces other hosts
+CONTAINER_LINKS = ("bridge", "veth")
+SWITCHED = "switched"  # <if>@switched: portmap turned it on (no tag is spelled so)
+LOCK = "lock"
+_TAG = frozenset("0123456789abcdef-")
+
+
+def sysctl_path(ifname: str) -> str:
+    return f"/proc/sys/net/ipv4/conf/{ifname}/route_localnet"
+
+
+def host_interfaces(prev: Result | None) -> set[str]:
+    """The host-side interfaces prevResult names (no sandbox): the bridge, a veth."""
+    if prev is None:
+        return set()
+    return {i.name for i in prev.interfaces if i.name and not i.sandbox}
+
+
+def choose(route: Route | None, host_side: set[str]) -> tuple[str | None, str]:
+    """(the interface whose route_localnet may go on, "") or (None, why not)."""
+    if route is None:
+        return None, "the host has no route to it"
+    if route.kind != RTN_UNICAST or route.oif in ("", LOOPBACK):
+        return None, "the host routes it to itself (a local address), not to a container"
+    if route.gateway:
+        return None, f"the host routes it through the gateway {route.gateway} on {route.oif}"
+    if host_side and route.oif not in host_side:
+        names = ", ".join(sorted(host_side))
+        return None, f"the host routes it via {route.oif}, none of the chain's ({names})"
+    if not host_side and route.link_kind not in CONTAINER_LINKS:
+        article = "an" if route.link_kind[:1] in tuple("aeiou") else "a"
+        kind = f"{article} {route.link_kind} device" if route.link_kind else "a plain device"
+        return None, f"the host routes it via {route.oif}, {kind}, not a bridge or veth"
+    return route.oif, ""
+
+
+def needed(plan: Plan) -> str | None:
+    """The IPv4 container address whose localhost forwarding needs route_localnet."""
+    return next((fp.container_ip for fp in plan.families if fp.forwards and fp.localhost), None)
+
+
+def interface_for(plan: Plan, prev: Result | None, kernel: Kernel, log: Log) -> str | None:
+    """The interface that should have route_localnet for this plan, None for none (said
+    in the log when localhost forwarding wanted one)."""
+    ip = needed(plan)
+    if ip is None:
+        return None
+    ifname, why = choose(kernel.route_v4(ip), host_interfaces(prev))
+    if ifname is None:
+        log.warning(f"route_localnet left alone: 127.0.0.1:hostPort will not reach {ip}: {why}")
+    return ifname
+
+
+class _Directory(StateDir):
+    def listing(self) -> list[str]:
+        fd = self._open()
+        return [] if fd is None else os.listdir(fd)
+
+
+def tag_of(record: str) -> str:
+    """The tag of a record's file name (`<network tag>-<attachment tag>.json`)."""
+    return record.removesuffix(".json")
+
+
+class Registry:
+    """The attachments that need route_localnet, per interface (see the module doc).
+    Attachments are named by their record's tag (tag_of)."""
+
+    def __init__(self, kernel: Kernel, log: Log, directory: str = "") -> None:
+        self.dir = _Directory(directory or os.path.join(plugin_dir("portmap"), "route_localnet"))
+        self.kernel = kernel
+        self.log = log
+
+    def users(self) -> dict[str, set[str]]:
+        """interface -> the tags of the attachments that need it there."""
+        out: dict[str, set[str]] = {}
+        for name in self.dir.listing():
+            ifname, sep, tag = name.rpartition("@")
+            if sep and ifname and tag and _TAG.issuperset(tag):  # not the lock, a marker, a .tmp
+                out.setdefault(ifname, set()).add(tag)
+        return out
+
+    def claim(self, tag: str, ifname: str) -> None:
+        """`tag`'s attachment needs route_localnet on `ifname` (and nowhere else): on
+        when it is not. OSError when the sysctl cannot be read or written."""
+        from common.state import safe_file_name
+
+        safe_file_name(ifname)  # an interface name never holds "/"; the route said it
+        with self.dir.lock(LOCK):
+            for other, tags in self.users().items():
+                if other != ifname and tag in tags:
+                    self._drop(other, tag)  # routed elsewhere since its last ADD
+            self.dir.write_json(f"{ifname}@{tag}", {})
+            path = sysctl_path(ifname)
+            was = self.kernel.read_sysctl(path).strip()
+            if was != "1":
+                # written first: a kill before the switch leaves a marker that puts back
+                # what is there anyway
+                if self.dir.read_bytes(f"{ifname}@{SWITCHED}") is None:
+                    self.dir.write_json(f"{ifname}@{SWITCHED}", {"was": was})
+                self.kernel.write_sysctl(path, "1")
+
+    def release(self, tag: str) -> None:
+        """`tag`'s attachment needs route_localnet nowhere: each interface it was the
+        last to need it on gets back what portmap found there."""
+        if not any(tag in tags for tags in self.users().values()):
+            return  # the usual DEL: no lock
+        with self.dir.lock(LOCK):
+            for ifname, records in self.users().items():
+                if tag in records:
+                    self._drop(ifname, tag)
+
+    def sweep(self, prefix: str, store: StateDir) -> None:
+        """GC: forget the users whose tag starts with `prefix` (a network's) and whose
+        record is no longer in `store`: a DEL that was killed before it got here. The
+        records are listed under the lock: an ADD writes its record before it claims."""
+        if not any(r.startswith(prefix) for records in self.users().values() for r in records):
+            return
+        with self.dir.lock(LOCK):
+            alive = {tag_of(name) for name in store.names()}
+            for ifname, records in self.users().items():
+                for record in sorted(records):
+                    if record.startswith(prefix) and record not in alive:
+                        self._drop(ifname, record)
+
+    def _drop(self, ifname: str, tag: str) -> None:
+        """Forget `tag` on `ifname`; put the switch back when it was the last. Its file
+        goes last: a DEL killed in between finds it again and finishes."""
+        if self.users().get(ifname, set()) - {tag}:
+            self.dir.remove(f"{ifname}@{tag}")
+            return  # another attachment still needs it
+        marker = f"{ifname}@{SWITCHED}"
+        raw = self.dir.read_bytes(marker)
+        if raw is not None:  # else it was on before portmap needed it: left on
+            self._put_back(ifname, raw)
+            self.dir.remove(marker)
+        self.dir.remove(f"{ifname}@{tag}")
+
+    def _put_back(self, ifname: str, marker: bytes) -> None:
+        from common.jsontext import loads
+
+        try:
+            was = str(loads(marker).get("was", "0"))
+        except (ValueError, AttributeError):
+            was = "0"
+        was = was if was in ("0", "1") else "0"
+        try:
+            self.kernel.write_sysctl(sysctl_path(ifname), was)
+            self.log.info(f"route_localnet of {ifname} back to {was}: no attachment needs it")
+        except OSError as e:  # the interface is gone, and its sysctls with it
+            self.log.info(f"route_localnet of {ifname} not put back: {e}")

@@ -1,0 +1,175 @@
+"""route_localnet's interface and its return, against the fake netfilter: the verbs ask
+the kernel port for the route to the container (FakeNetfilter.routes), switch only an
+interface that faces the container, and the last attachment that needed it puts back
+what portmap found (issue 29, finding 3). tests/kernel/test_portmap_route_localnet.py
+proves it on a real kernel with a policy-routed bridge and a neighbour's datagram."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from portmap.kernel import Route
+from tests.harness.fake_kernel import FakeKernel
+from tests.harness.fake_portmap import FakeNetfilter
+
+NET = "lnnet"
+
+
+def path(ifname: str) -> str:
+    return f"/proc/sys/net/ipv4/conf/{ifname}/route_localnet"
+
+
+class Host:
+    def __init__(self, tmp_path: Path) -> None:
+        self.kernel = FakeKernel(tmp_path / "netns")
+        self.netns = self.kernel.add_netns("ctr")
+        self.fake = FakeNetfilter()
+        self.fake.sysctls = {path(i): "0" for i in ("cni0", "br77", "eth0", "lo")}
+        self.state = tmp_path / "state"
+        self.log = tmp_path / "plugins.log"
+
+    def run(
+        self,
+        command: str,
+        cid: str = "c1",
+        ip: str = "10.88.0.5/16",
+        host_side: tuple[str, ...] = (),
+        port: int = 0,
+        **keys: Any,
+    ) -> tuple[int, Any]:
+        interfaces = [{"name": n} for n in host_side] + [{"name": "eth0", "sandbox": self.netns}]
+        conf = {
+            "cniVersion": "1.1.0", "name": NET, "type": "portmap",
+            "runtimeConfig": {"portMappings": [{"hostPort": port or 8080 + int(cid[1:]),
+                                                "containerPort": 80}]},
+            "prevResult": {"cniVersion": "1.1.0", "interfaces": interfaces,
+                           "ips": [{"address": ip, "interface": len(host_side)}]},
+            **keys,
+        }  # fmt: skip
+        return self.kernel.run("portmap", command, conf, netns=self.netns, container_id=cid,
+                               kernel=self.fake)  # fmt: skip
+
+    def gc(self, *valid: str) -> tuple[int, Any]:
+        conf = {
+            "cniVersion": "1.1.0",
+            "name": NET,
+            "type": "portmap",
+            "cni.dev/valid-attachments": [{"containerID": c, "ifname": "eth0"} for c in valid],
+        }
+        return self.kernel.run("portmap", "GC", conf, netns="", kernel=self.fake)  # fmt: skip
+
+    def on(self) -> list[str]:
+        """The interfaces whose route_localnet is 1."""
+        return sorted(p.split("/")[6] for p, v in self.fake.sysctls.items() if v == "1")
+
+    def writes(self) -> list[str]:
+        return [r for r in self.fake.sent().splitlines() if r.startswith("sysctl ")]
+
+
+@pytest.fixture
+def host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Host:
+    monkeypatch.setenv("CNI_META_STATE_ROOT", str(tmp_path / "state"))
+    monkeypatch.setenv("CNI_META_LOG_FILE", str(tmp_path / "plugins.log"))
+    return Host(tmp_path)
+
+
+def test_the_interface_is_the_kernels_route_not_the_main_tables(host: Host) -> None:
+    """A policy rule routes 10.77/16 via br77; the main table's default goes via eth0."""
+    host.fake.routes = {
+        "10.77.0.0/16": Route(1, "br77", "", "bridge"),
+        "0.0.0.0/0": Route(1, "eth0", "192.0.2.1"),
+    }
+    assert host.run("ADD", ip="10.77.0.5/16")[0] == 0
+    assert host.on() == ["br77"]
+    assert host.run("CHECK", ip="10.77.0.5/16") == (0, None)
+    assert host.run("DEL", ip="10.77.0.5/16") == (0, None)
+    assert host.on() == []
+
+
+def test_the_last_attachment_that_needed_it_puts_it_back(host: Host) -> None:
+    assert host.run("ADD", "c1", "10.88.0.5/16")[0] == 0
+    assert host.writes() == [f"sysctl {path('cni0')} = 1"]
+    assert host.run("ADD", "c2", "10.88.0.6/16")[0] == 0
+    assert host.writes() == []  # on already
+    assert host.run("DEL", "c1", "10.88.0.5/16") == (0, None)
+    assert (host.on(), host.writes()) == (["cni0"], [])  # c2 still needs it
+    assert host.run("DEL", "c2", "10.88.0.6/16") == (0, None)
+    assert (host.on(), host.writes()) == ([], [f"sysctl {path('cni0')} = 0"])
+    assert host.run("DEL", "c2", "10.88.0.6/16") == (0, None)  # the second DEL
+    assert host.writes() == []
+    assert sorted(p.name for p in (host.state / "portmap" / "route_localnet").iterdir()) == ["lock"]
+
+
+def test_what_was_on_before_stays_on(host: Host) -> None:
+    host.fake.sysctls[path("cni0")] = "1"  # the operator's (or kube-proxy's)
+    assert host.run("ADD")[0] == 0
+    assert host.run("DEL") == (0, None)
+    assert (host.on(), host.writes()) == (["cni0"], [])
+
+
+def test_gc_puts_it_back_for_attachments_whose_del_never_finished(host: Host) -> None:
+    assert host.run("ADD", "c1", "10.88.0.5/16")[0] == 0
+    assert host.run("ADD", "c2", "10.88.0.6/16")[0] == 0
+    # c1's DEL was killed after its record went, before it let go of route_localnet
+    (record,) = [p for p in (host.state / "portmap").glob("*.json") if "c1" in p.read_text()]
+    record.unlink()
+    assert host.gc("c2") == (0, None)
+    assert host.on() == ["cni0"]  # c2 still needs it
+    assert host.gc() == (0, None)
+    assert host.on() == []
+
+
+def test_a_repeated_add_routed_elsewhere_moves_it(host: Host) -> None:
+    assert host.run("ADD", ip="10.77.0.5/16")[0] == 0
+    assert host.on() == ["cni0"]
+    host.fake.routes = {"10.77.0.0/16": Route(1, "br77", "", "bridge")}
+    assert host.run("ADD", ip="10.77.0.5/16")[0] == 0
+    assert host.on() == ["br77"]
+    assert host.run("ADD", ip="10.77.0.5/16", snat=False)[0] == 0  # needs none now
+    assert host.on() == []
+
+
+@pytest.mark.parametrize(
+    ("route", "host_side", "why"),
+    [
+        (Route(2, "lo"), (),
+         "the host routes it to itself (a local address), not to a container"),
+        (Route(1, "eth0", "192.0.2.1"), (),
+         "the host routes it through the gateway 192.0.2.1 on eth0"),
+        (Route(1, "eth0"), ("cni0", "veth1"),
+         "the host routes it via eth0, none of the chain's (cni0, veth1)"),
+        (None, (), "the host has no route to it"),
+        (Route(1, "eth0"), (), "the host routes it via eth0, a plain device, not a bridge or veth"),
+    ],
+)  # fmt: skip
+def test_an_interface_that_does_not_face_the_container_is_left_alone(
+    host: Host, route: Route | None, host_side: tuple[str, ...], why: str
+) -> None:
+    host.fake.routes = {"10.88.0.0/16": route}
+    assert host.run("ADD", host_side=host_side)[0] == 0
+    assert (host.on(), host.writes()) == ([], [])
+    assert host.run("CHECK", host_side=host_side) == (0, None)  # nothing to check
+    assert f"route_localnet left alone: 127.0.0.1:hostPort will not reach 10.88.0.5: {why}" in (
+        host.log.read_text()
+    )
+
+
+def test_a_loopback_container_address_is_refused_before_anything(host: Host) -> None:
+    code, error = host.run("ADD", ip="127.0.0.5/8")
+    assert (code, error["code"]) == (1, 7)
+    assert error["msg"] == "prevResult address 127.0.0.5/8 of eth0 is a loopback address"
+    assert host.fake.sent() == ""
+    assert host.on() == []
+
+
+def test_an_add_that_cannot_switch_it_undoes_itself(host: Host) -> None:
+    host.fake.routes = {"10.88.0.0/16": Route(1, "gone0", "", "bridge")}  # its sysctls went with it
+    before = host.fake.dump()
+    code, error = host.run("ADD")
+    assert (code, error["code"]) == (1, 100)  # KERNEL_FAILURE
+    assert error["msg"] == "cannot enable route_localnet on gone0"
+    assert host.fake.dump() == before
+    assert sorted(p.name for p in (host.state / "portmap" / "route_localnet").iterdir()) == ["lock"]
