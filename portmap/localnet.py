@@ -123,9 +123,11 @@ class Registry:
                 out.setdefault(ifname, set()).add(tag)
         return out
 
-    def claim(self, tag: str, ifname: str) -> None:
-        """`tag`'s attachment needs route_localnet on `ifname` (and nowhere else): on
-        when it is not. OSError when the sysctl cannot be read or written."""
+    def claim(self, tag: str, ifname: str, network: str) -> None:
+        """`tag`'s attachment (of `network`) needs route_localnet on `ifname` (and
+        nowhere else): on when it is not. OSError when the sysctl cannot be read or
+        written. The entry names its network in full: GC's sweep goes by it, not by the
+        tag's short network hash that two names can share."""
         from common.state import safe_file_name
 
         safe_file_name(ifname)  # an interface name never holds "/"; the route said it
@@ -133,7 +135,7 @@ class Registry:
             for other, tags in self.users().items():
                 if other != ifname and tag in tags:
                     self._drop(other, tag)  # routed elsewhere since its last ADD
-            self.dir.write_json(f"{ifname}@{tag}", {})
+            self.dir.write_json(f"{ifname}@{tag}", {"network": network})
             path = sysctl_path(ifname)
             was = self.kernel.read_sysctl(path).strip()
             if was != "1":
@@ -153,10 +155,11 @@ class Registry:
                 if tag in records:
                     self._drop(ifname, tag)
 
-    def sweep(self, prefix: str, store: StateDir) -> None:
-        """GC: forget the users whose tag starts with `prefix` (a network's) and whose
-        record is no longer in `store`: a DEL that was killed before it got here. The
-        records are listed under the lock: an ADD writes its record before it claims."""
+    def sweep(self, network: str, prefix: str, store: StateDir) -> None:
+        """GC of `network`: forget its users (tag starting with `prefix`, the network's
+        hash, and the entry naming `network` itself) whose record is no longer in
+        `store`: a DEL that was killed before it got here. The records are listed under
+        the lock: an ADD writes its record before it claims."""
         if not any(r.startswith(prefix) for records in self.users().values() for r in records):
             return
         with self.dir.lock(LOCK):
@@ -164,7 +167,18 @@ class Registry:
             for ifname, records in self.users().items():
                 for record in sorted(records):
                     if record.startswith(prefix) and record not in alive:
-                        self._drop(ifname, record)
+                        if self._network_of(f"{ifname}@{record}") == network:
+                            self._drop(ifname, record)
+
+    def _network_of(self, entry: str) -> str | None:
+        from common.jsontext import loads
+
+        raw = self.dir.read_bytes(entry)
+        try:
+            network = loads(raw).get("network") if raw is not None else None
+        except (ValueError, AttributeError):
+            return None
+        return network if isinstance(network, str) else None
 
     def _drop(self, ifname: str, tag: str) -> None:
         """Forget `tag` on `ifname`; put the switch back when it was the last. Its file

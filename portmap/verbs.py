@@ -135,7 +135,7 @@ def claim_localnet(request: Request, plan: Plan, kernel: Kernel, sd: AttachmentS
         registry.release(tag)
         return
     try:
-        registry.claim(tag, ifname)
+        registry.claim(tag, ifname, plan.attachment.network)
     except CniError:  # its state directory
         registry.release(tag)
         raise
@@ -307,7 +307,7 @@ def gc(request: Request) -> None:
         flush_conntrack(backend.gc(request.network, valid, before), request.log, kernel)
     from portmap.localnet import Registry
 
-    Registry(kernel, request.log).sweep(cfg.network_tag(request.network) + "-", sd)
+    Registry(kernel, request.log).sweep(request.network, cfg.network_tag(request.network) + "-", sd)
 
 
 def status(request: Request) -> None:

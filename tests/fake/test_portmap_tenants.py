@@ -263,6 +263,11 @@ def test_gc_leaves_a_mapping_whose_network_nothing_proves(
 
     w.gc(long)
 
-    assert w.fake.dump() == before
+    # route_localnet's entry names its network in full: that claim is proven stale and
+    # goes; the mappings, which nothing proves, stay
+    def mappings(dump: str) -> list[str]:
+        return [line for line in dump.splitlines() if "route_localnet" not in line]
+
+    assert mappings(w.fake.dump()) == mappings(before)
     tag = Attachment(long, "ctr", "eth0").tag
     assert f"gc: left the mappings of {tag}" in (tmp_path / "plugins.log").read_text()
