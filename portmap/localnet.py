@@ -166,9 +166,9 @@ class Registry:
             alive = {tag_of(name) for name in store.names()}
             for ifname, records in self.users().items():
                 for record in sorted(records):
-                    if record.startswith(prefix) and record not in alive:
-                        if self._network_of(f"{ifname}@{record}") == network:
-                            self._drop(ifname, record)
+                    stale = record.startswith(prefix) and record not in alive
+                    if stale and self._network_of(f"{ifname}@{record}") == network:
+                        self._drop(ifname, record)
 
     def _network_of(self, entry: str) -> str | None:
         from common.jsontext import loads
