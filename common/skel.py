@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
     from common.config import NetConf
     from common.env import Invocation
+    from common.identity import Attachment
     from common.log import Log
 
 
@@ -38,7 +39,7 @@ class Request:
     implementation of the same port to run them against a model of the kernel).
 
     Plain rather than a common.values.Value, as Plugin: VERSION would import that module
-    only to define the two (its start-up budget counts modules)."""
+    only to define the two."""
 
     __slots__ = ("conf", "env", "environ", "kernel", "log")
 
@@ -71,6 +72,12 @@ class Request:
     @property
     def netns(self) -> str:
         return self.env.netns
+
+    @property
+    def attachment(self) -> Attachment:
+        from common.identity import Attachment
+
+        return Attachment(self.network, self.container_id, self.ifname)
 
 
 class Plugin:

@@ -12,7 +12,8 @@ from __future__ import annotations
 from common.env import plugin_dir
 from common.errors import CONFLICT, CniError
 from common.jsonobj import listed, text
-from common.state import AttachmentStore, Key, Record
+from common.records import Key, Record
+from common.store import AttachmentStore
 from common.values import field
 
 TYPE_CHECKING = False
@@ -24,14 +25,14 @@ if TYPE_CHECKING:
 PLUGIN = "portmap"
 
 
-def store(log: Log | None = None) -> AttachmentStore:
+def store(log: Log | None = None) -> Store:
     return AttachmentStore(plugin_dir(PLUGIN), Recorded, log)
 
 
 class Recorded(Record):
     """`objects` as the backend spells them. Tolerant: what is not as written reads as ""
-    or empty (the kernel decides). Named by the attachment's tag (common.state.tagged_name),
-    which its kernel objects carry too."""
+    or empty (the kernel decides). Named by the attachment's tag (Attachment.tag), which
+    its kernel objects carry too."""
 
     backend: str = ""
     objects: list[Any] = field(default_factory=list)
@@ -39,9 +40,12 @@ class Recorded(Record):
     KEYS = {"backend": Key("backend", text), "objects": Key("objects", listed)}
 
 
-def owner_name(store: AttachmentStore, comment: str) -> str:
+Store = AttachmentStore[Recorded]
+
+
+def owner_name(store: Store, comment: str) -> str:
     """'network/container/ifname' of the attachment whose kernel objects carry `comment`
-    (Attachment.comment: its tag, then a readable name), as well as we know it."""
+    (portmap.config.comment: its tag, then a readable name), as well as we know it."""
     tag, _, readable = comment.partition(" ")
     entry = store.read(f"{tag}.json")
     if entry is not None and entry.network and entry.container_id and entry.ifname:
@@ -49,7 +53,7 @@ def owner_name(store: AttachmentStore, comment: str) -> str:
     return readable or tag
 
 
-def port_taken(store: AttachmentStore, comment: str, where: str) -> CniError:
+def port_taken(store: Store, comment: str, where: str) -> CniError:
     """The conflict of an ADD whose host port `where` (config.host_ports) the attachment
     with `comment` maps already."""
     return CniError(
