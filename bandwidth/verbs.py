@@ -2,11 +2,13 @@
 same pieces (see plan.py for the reasoning, tc.py for the kernel side).
 
 Most attachments are not shaped, and an ADD of one passes prevResult through: this module
-imports only what that needs, and each verb the rest (the plan, the records, contextlib)
-once it has something to do.
+imports only what that needs, and each verb the rest (the plan, the records) once it has
+something to do.
 """
 
 from __future__ import annotations
+
+from contextlib import ExitStack
 
 from bandwidth import config
 from bandwidth.model import CONTAINER, HOST
@@ -20,8 +22,6 @@ from common.errors import (
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from contextlib import ExitStack
-
     from bandwidth.model import Link, Observed
     from bandwidth.plan import Ownership, Placement, Plan
     from bandwidth.record import Record
@@ -114,8 +114,6 @@ def add(request: Request) -> Result | None:
     cfg = config.parse(request.conf)
     if not cfg.shapes_anything:
         return None  # nothing to shape: pass prevResult through, like upstream
-    from contextlib import ExitStack
-
     from bandwidth import plan
     from bandwidth.plan import Ownership
     from bandwidth.record import Record
@@ -200,8 +198,6 @@ def _teardown(kernel: Kernel, host: Rtnl, rec: Record | None, netns: str, ifname
     and the redirect to that ifb: when there is no such ifb (an attachment that shaped
     nothing, a second DEL) there is nothing to remove, found with link messages alone.
     """
-    from contextlib import ExitStack
-
     from bandwidth.plan import Ownership
     from common.netns import entered_if_present
 
@@ -281,8 +277,6 @@ def check(request: Request) -> None:
     _prev_result(request)
     if not cfg.shapes_anything:
         return
-    from contextlib import ExitStack
-
     from bandwidth import plan
 
     ifb, _ = _names(request.attachment)

@@ -185,6 +185,8 @@ class Engine(Generic[R]):
         if before is None:
             before = store.stamps()  # before the lock, which an ADD in flight may hold
         with store.lock(self.lock):
+            for name in store.leftovers(before):
+                store.remove(name)
             if unusable is not None:
                 for name, problem in store.unusable(before, unusable):
                     store.remove(name)

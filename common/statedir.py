@@ -132,12 +132,13 @@ class StateDir:
         """Write atomically: a crash leaves the old file or the new one, never half of one,
         and no stray temporary file that nothing would ever remove.
 
-        The content is written to `<name>.tmp` and renamed over `name`: a temporary name
-        fixed per file, which `remove` deletes too, so that a plugin killed mid-write
-        leaves nothing that DEL or GC of that attachment misses. Callers hold the dir's
-        lock while writing (every plugin does), so no two writers share that name. No
-        fsync (a cost on every container start): the files live in tmpfs, as the kernel
-        state they describe does not survive a reboot either.
+        The content is written to `<name>.tmp` and renamed over `name`, which works on
+        every filesystem. The temporary name is fixed per file: the next write and
+        `remove` (DEL) delete a killed writer's leftover, and GC those it finds unchanged
+        (AttachmentStore.leftovers). Callers hold the dir's lock while writing (every
+        plugin does), so no two writers share that name. No fsync (a cost on every
+        container start): the files live in tmpfs, as the kernel state they describe does
+        not survive a reboot either.
         """
         self.ensure()
         tmp = name + TMP_SUFFIX
@@ -188,11 +189,9 @@ class StateDir:
                     IO_FAILURE, f"cannot remove state file {self.path(each)}", str(e)
                 ) from None
 
-    def names(self) -> list[str]:
+    def names(self, suffix: str = ".json") -> list[str]:
         dir_fd = self._open()
-        return (
-            [] if dir_fd is None else sorted(n for n in os.listdir(dir_fd) if n.endswith(".json"))
-        )
+        return [] if dir_fd is None else sorted(n for n in os.listdir(dir_fd) if n.endswith(suffix))
 
     def holds_other_than(self, name: str) -> bool:
         """Whether a record other than `name` is here; reads only up to the first one."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from common.errors import CniError
 from common.records import Generic, R, decode
-from common.statedir import StateDir
+from common.statedir import TMP_SUFFIX, StateDir
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -101,7 +101,7 @@ class AttachmentStore(StateDir, Generic[R]):
         """name -> (inode, mtime) of each file, taken when GC starts, before it waits for
         the lock that an ADD in flight may hold."""
         out: Stamps = {}
-        for name in self.names():
+        for name in self.names(""):
             st = self._stat(name)
             if st is not None:
                 out[name] = (st.st_ino, st.st_mtime_ns)
@@ -120,6 +120,13 @@ class AttachmentStore(StateDir, Generic[R]):
                 if problem:
                     out.append((name, problem))
         return out
+
+    def leftovers(self, before: Stamps) -> list[str]:
+        """The temporary files of writers killed before their rename (write_json) that are
+        as they were when GC started: no writer is busy with them, as writers hold the
+        lock GC holds (or, portmap's other backend, need microseconds)."""
+        now = self.stamps()
+        return [n for n in now if n.endswith(TMP_SUFFIX) and before.get(n) == now[n]]
 
     def sweep(
         self, network: str, valid: set[Attachment], before: Stamps

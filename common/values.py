@@ -18,6 +18,8 @@ overriding `_fields`.
 
 from __future__ import annotations
 
+from functools import total_ordering
+
 TYPE_CHECKING = False  # `typing` is costly to import (docs/performance.md)
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -117,6 +119,7 @@ class Value(metaclass=_ValueMeta):
         return f"{type(self).__qualname__}({fields})"
 
 
+@total_ordering
 class OrderedValue(Value):
     """A value that sorts by its fields, in the order they are declared."""
 
@@ -126,18 +129,3 @@ class OrderedValue(Value):
         if other.__class__ is not self.__class__:
             return NotImplemented
         return self._fields() < other._fields()
-
-    def __le__(self, other: OrderedValue) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        return self._fields() <= other._fields()
-
-    def __gt__(self, other: OrderedValue) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        return self._fields() > other._fields()
-
-    def __ge__(self, other: OrderedValue) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        return self._fields() >= other._fields()
