@@ -18,8 +18,6 @@ overriding `_fields`.
 
 from __future__ import annotations
 
-from functools import total_ordering
-
 TYPE_CHECKING = False  # `typing` is costly to import (docs/performance.md)
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -119,9 +117,9 @@ class Value(metaclass=_ValueMeta):
         return f"{type(self).__qualname__}({fields})"
 
 
-@total_ordering
 class OrderedValue(Value):
-    """A value that sorts by its fields, in the order they are declared."""
+    """A value that sorts by its fields, in the order they are declared (`<`, which is
+    what sorting uses; `>` is its reflection)."""
 
     __slots__ = ()
 

@@ -49,7 +49,7 @@ def owner_name(store: Store, comment: str) -> str:
     tag, _, readable = comment.partition(" ")
     entry = store.read(f"{tag}.json")
     if entry is not None and entry.network and entry.container_id and entry.ifname:
-        return f"{entry.network}/{entry.container_id}/{entry.ifname}"
+        return str(entry.attachment)
     return readable or tag
 
 

@@ -449,7 +449,7 @@ def recorded_owner(sd: Store, network: str, container_id: str, chain: str) -> st
         if entry.backend != NAME or entry.container_id != container_id:
             continue
         if any(isinstance(o, list) and len(o) > 1 and o[1] == chain for o in entry.objects):
-            return f"{entry.network}/{entry.container_id}/{entry.ifname}"
+            return str(entry.attachment)
     return ""
 
 
