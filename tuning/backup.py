@@ -109,9 +109,3 @@ class BackupStore(AttachmentStore[Backup]):
 
     def __init__(self, data_dir: str) -> None:
         super().__init__(data_dir, Backup)
-
-    def load(self, attachment: Attachment) -> Backup | None:
-        # DEL reads before it locks: the dataDir is checked here too, so that a planted
-        # file or symlink is refused as what it is.
-        self.check()
-        return super().load(attachment)
