@@ -6,8 +6,11 @@
 # common/skel.py names a lazily imported verb after its target, for tracebacks and repr.
 _.__qualname__
 
+# common/records.py's run-time Generic: Python calls it for `Generic[R]` in a class's bases.
+_.__class_getitem__
+
 # Parameters fixed by a protocol, not chosen: the signal handler's (signum, frame) in
-# common/state.py, and __exit__'s traceback in tuning/apply.py.
+# common/lock.py, and __exit__'s traceback in tuning/apply.py.
 signum
 frame
 tb

@@ -3,7 +3,7 @@ created there.
 
 The kernel alone cannot tell DEL whether the ingress qdisc on a host veth was made by us
 or was already there (someone else's, to be kept), nor which device was shaped once the
-prevResult is gone. The store (common.state) keeps one Record per attachment, under
+prevResult is gone. The store (common.store) keeps one Record per attachment, under
 <state root>/bandwidth/. The ifb additionally carries its owner in its alias, so GC still
 finds leftovers when a state file is lost.
 """
@@ -12,12 +12,11 @@ from __future__ import annotations
 
 from bandwidth.model import CONTAINER, HOST
 from bandwidth.plan import Ownership
-from common import jsontext as json
-from common import state
-from common.digest import sha256_hex
+from common import records
 from common.env import plugin_dir
 from common.jsonobj import flag, integer, non_empty, one_of, text
-from common.state import AttachmentStore, Flat, Key
+from common.records import Flat, Key
+from common.store import AttachmentStore
 from common.values import field
 
 TYPE_CHECKING = False
@@ -28,11 +27,11 @@ PLUGIN = "bandwidth"
 MAX_IFINDEX = 2**31 - 1  # the kernel's ifindex is a positive int
 
 
-def store(log: Log | None = None) -> AttachmentStore:
+def store(log: Log | None = None) -> AttachmentStore[Record]:
     return AttachmentStore(plugin_dir(PLUGIN), Record, log)
 
 
-class Record(state.Record):
+class Record(records.Record):
     """Strict: a value that is not as written (a "deviceIndex" of 1e400 or -1, an
     "ownsDeviceTbf" of "false") makes the file unusable rather than make DEL look at,
     or remove, what is not ours."""
@@ -52,10 +51,3 @@ class Record(state.Record):
         "ownership": Flat(Ownership, {"device_tbf": Key("ownsDeviceTbf", flag),
                                       "ingress_qdisc": Key("ownsIngressQdisc", flag)}),
     }  # fmt: skip
-
-    @staticmethod
-    def former_name(network: str, container_id: str, ifname: str) -> str:
-        """Where earlier versions kept the record: still read (a pod added before an
-        upgrade keeps its file) and replaced by the record's next save."""
-        key = json.dumps([network, container_id, ifname]).encode()
-        return sha256_hex(key)[:40] + ".json"

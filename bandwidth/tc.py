@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 from _socket import htons, ntohs
+from contextlib import nullcontext
 
 from bandwidth import plan
 from bandwidth.model import (
@@ -229,7 +230,6 @@ class Kernel:
         "no such device" is True, and rtnetlink then looks."""
         import fcntl
         import struct
-        from contextlib import nullcontext
 
         from common.netns import entered
 

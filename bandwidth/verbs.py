@@ -2,11 +2,13 @@
 same pieces (see plan.py for the reasoning, tc.py for the kernel side).
 
 Most attachments are not shaped, and an ADD of one passes prevResult through: this module
-imports only what that needs, and each verb the rest (the plan, the records, contextlib)
-once it has something to do.
+imports only what that needs, and each verb the rest (the plan, the records) once it has
+something to do.
 """
 
 from __future__ import annotations
+
+from contextlib import ExitStack
 
 from bandwidth import config
 from bandwidth.model import CONTAINER, HOST
@@ -20,16 +22,14 @@ from common.errors import (
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from contextlib import ExitStack
-
     from bandwidth.model import Link, Observed
     from bandwidth.plan import Ownership, Placement, Plan
     from bandwidth.record import Record
     from bandwidth.tc import Kernel, Rtnl
     from common.attachment import Engine
+    from common.identity import Attachment
     from common.result import Result
     from common.skel import Request
-    from common.state import Owner
 
 
 def _kernel(request: Request) -> Kernel:
@@ -42,20 +42,20 @@ def _kernel(request: Request) -> Kernel:
     return tc.Kernel()
 
 
-def _engine(request: Request) -> Engine:
+def _engine(request: Request) -> Engine[Record]:
     from bandwidth import record
     from common.attachment import Engine
 
     return Engine(record.store(request.log), request.log, each=_lock_key)
 
 
-def _lock_key(owner: Owner) -> str:
+def _lock_key(attachment: Attachment) -> str:
     """Whose calls exclude each other: an attachment's objects are its device's qdiscs
     and filters and its ifb, named after the network and container (`_names`), so two
     interfaces of one container on one network share a lock; every other attachment's
     ADD and DEL run beside them (a container that made its own device slow to read
     holds up no one else's call). GC takes the store's lock alone."""
-    return f"{owner.network}/{owner.container_id}"
+    return f"{attachment.network}/{attachment.container_id}"
 
 
 def _prev_result(request: Request) -> Result:
@@ -102,17 +102,17 @@ def _locate_and_plan(
                 "the kernel destroys the pair when either end goes; the runtime should DEL it",
             )
     placement = plan.locate(container_if, peer, prev, request.ifname)
-    want = plan.build(cfg, placement, *_names(request), psched)
+    want = plan.build(cfg, placement, *_names(request.attachment), psched)
     return placement, want, host if placement.mode == HOST else ctr
 
 
-def _names(owner: Owner) -> tuple[str, str]:
+def _names(att: Attachment) -> tuple[str, str]:
     """The attachment's ifb: its name and its alias."""
     from bandwidth import plan
 
     return (
-        plan.ifb_name(owner.network, owner.container_id),
-        plan.ifb_alias(owner.network, owner.container_id, owner.ifname),
+        plan.ifb_name(att.network, att.container_id),
+        plan.ifb_alias(att.network, att.container_id, att.ifname),
     )
 
 
@@ -123,19 +123,17 @@ def add(request: Request) -> Result | None:
     cfg = config.parse(request.conf)
     if not cfg.shapes_anything:
         return None  # nothing to shape: pass prevResult through, like upstream
-    from contextlib import ExitStack
-
     from bandwidth import plan
     from bandwidth.plan import Ownership
     from bandwidth.record import Record
 
-    ifb, alias = _names(request)
+    ifb, alias = _names(request.attachment)
     with ExitStack() as stack:
         placement, want, sock = _locate_and_plan(request, cfg, stack)
         device = placement.device
         for note in want.notes:
             request.log.warning(note)
-        with _engine(request).add(request) as change:
+        with _engine(request).add(request.attachment) as change:
             previous: Record | None = change.previous
             owned = Ownership()
             if previous is not None and previous.device_index == device.index:
@@ -209,8 +207,6 @@ def _teardown(kernel: Kernel, host: Rtnl, rec: Record | None, netns: str, ifname
     and the redirect to that ifb: when there is no such ifb (an attachment that shaped
     nothing, a second DEL) there is nothing to remove, found with link messages alone.
     """
-    from contextlib import ExitStack
-
     from bandwidth.plan import Ownership
     from common.netns import entered_if_present
 
@@ -242,7 +238,7 @@ def _teardown(kernel: Kernel, host: Rtnl, rec: Record | None, netns: str, ifname
 
 
 def delete(request: Request) -> None:
-    ifb, alias = _names(request)
+    ifb, alias = _names(request.attachment)
     kernel = _kernel(request)
 
     def teardown(rec: Record | None) -> None:
@@ -253,21 +249,23 @@ def delete(request: Request) -> None:
         with kernel.rtnl() as host:
             _teardown(kernel, host, rec, request.netns, request.ifname, ifb=ifb, alias=alias)
 
-    _engine(request).delete(request, teardown)
+    _engine(request).delete(request.attachment, teardown)
 
 
 def gc(request: Request) -> None:
     """Remove the shaping of every attachment on this network that is not still valid."""
     from bandwidth import plan
-    from common.gc import AttachmentId, valid_attachments
+    from common.gc import valid_attachments
+    from common.identity import Attachment
 
-    valid = valid_attachments(request.conf.body)
+    valid = valid_attachments(request.network, request.conf.body)
     network = request.network
     kernel = _kernel(request)
     with kernel.rtnl() as host:
 
         def teardown(rec: Record) -> None:
-            _teardown(kernel, host, rec, "", rec.ifname, ifb=rec.ifb, alias=_names(rec)[1])
+            alias = _names(rec.attachment)[1]
+            _teardown(kernel, host, rec, "", rec.ifname, ifb=rec.ifb, alias=alias)
 
         # Records nobody can use (damaged files; what they held cannot say whose) go too:
         # the ifbs they described are found by their aliases below.
@@ -275,7 +273,7 @@ def gc(request: Request) -> None:
             # ifbs whose state file is gone still name their owner in their alias.
             for link in host.links():
                 owner = plan.alias_owner(link.alias, network) if link.kind == "ifb" else None
-                if owner is not None and AttachmentId(*owner) not in alive:
+                if owner is not None and Attachment(network, *owner) not in alive:
                     host.apply((plan.DeleteIfb(link.name, link.index),), None)
                     request.log.info(f"gc: deleted ifb {link.name} of {owner[0]}/{owner[1]}")
 
@@ -288,11 +286,9 @@ def check(request: Request) -> None:
     _prev_result(request)
     if not cfg.shapes_anything:
         return
-    from contextlib import ExitStack
-
     from bandwidth import plan
 
-    ifb, _ = _names(request)
+    ifb, _ = _names(request.attachment)
     with ExitStack() as stack:
         placement, want, sock = _locate_and_plan(request, cfg, stack, gone=CHECK_FAILED)
         problems = plan.differences(want, _observe_for_check(sock, placement, ifb))

@@ -81,16 +81,17 @@ def fill_host_local(lease_dir: Path, n: int) -> None:
 def fill_ours(data_dir: Path, n: int) -> None:
     """host-local's files, and our index as our own ADDs leave it (flatnet_ipam.store)."""
     from common.config import parse_netconf
+    from common.identity import Attachment
     from common.log import Log
     from flatnet_ipam import lib
-    from flatnet_ipam.store import Lease, LeaseStore, Owner
+    from flatnet_ipam.store import Lease, LeaseStore
 
     fill_host_local(data_dir / NETWORK, n)
     config = lib.parse_config(parse_netconf(json.loads(conf(data_dir, "1.1.0"))))
     store = LeaseStore(config, Log())
     with store.lock():
         for i in range(n):
-            owner = Owner(NETWORK, f"filler{i}", "eth0")
+            owner = Attachment(NETWORK, f"filler{i}", "eth0")
             store.save(owner, Lease(NETWORK, f"filler{i}", "eth0", True, [address(i)], store.boot))
         store.note_seen()
 

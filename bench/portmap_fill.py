@@ -17,12 +17,13 @@ from typing import Any
 
 from bench.util import GO_BIN, SYSTEM_PATH, Spawner, build_spawner, our_plugins, rotated
 from common.config import parse_netconf
+from common.identity import Attachment
 from common.netns import entered
 from common.result import Result
-from common.state import AttachmentStore
+from common.store import AttachmentStore
 from portmap import config as cfg
 from portmap import nft
-from portmap.config import Attachment, go_chain_name
+from portmap.config import go_chain_name, owner_comment
 from portmap.nft import T, skeleton_text
 from portmap.plan import make_plan
 from portmap.state import Recorded
@@ -87,7 +88,7 @@ def fill_nft(ns: str, n: int, state_root: Path) -> None:
         elements = nft.plan_elements(plan)
         masq.update(nft.plan_masq_chains(plan))
         for e in elements:
-            by_set.setdefault(e.set, []).append(e.text(att.comment))
+            by_set.setdefault(e.set, []).append(e.text(owner_comment(att)))
         store.save(att, nft.record_of(att, elements).replace(committed=True))
     lines = skeleton_text()
     for fp in sorted(masq):

@@ -8,22 +8,15 @@ forces that path).
 
 from __future__ import annotations
 
+from functools import cache
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-# A failed import searches sys.path anew: each constructor is looked up once. A dict, not
-# functools.cache: functools is not otherwise loaded by a call that only passes through.
-_constructors: dict[str, Any] = {}
 
-
+@cache  # a failed import searches sys.path anew: each constructor is looked up once
 def _constructor(name: str) -> Any:
-    if name not in _constructors:
-        _constructors[name] = _lookup(name)
-    return _constructors[name]
-
-
-def _lookup(name: str) -> Any:
     for module in ("_sha2", f"_{name}"):  # _sha2 since Python 3.12, _sha512 before
         try:
             return getattr(__import__(module), name)

@@ -72,7 +72,7 @@ STATE_ROOT_ENV = "CNI_META_STATE_ROOT"
 
 def plugin_dir(plugin: str, environ: Mapping[str, str] | None = None, default: str = "") -> str:
     """<state root>/<plugin>; `default` instead when CNI_META_STATE_ROOT is not set (tuning
-    keeps Go's /run/cni/tuning). Here, not in common.state: tuning's config names its
+    keeps Go's /run/cni/tuning). Here, not in common.store: tuning's config names its
     dataDir with it, and a call that passes through needs no state store."""
     import os
 

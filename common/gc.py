@@ -1,38 +1,35 @@
 """GC input: the attachments a runtime says are still alive.
 
 Which of the others were still being ADDed when GC started, the attachment store says
-(common/state.py, AttachmentStore.sweep).
+(common/store.py, AttachmentStore.sweep).
 """
 
 from __future__ import annotations
 
 from common.errors import invalid_config
-from common.jsonobj import JsonObject
-from common.values import OrderedValue
+from common.identity import Attachment
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from common.jsonobj import JsonObject
 
 VALID_ATTACHMENTS = "cni.dev/valid-attachments"
 LEGACY_ATTACHMENTS = "cni.dev/attachments"
 
 
-class AttachmentId(OrderedValue):
-    """Container id and ifname; the network is the config's name."""
-
-    container_id: str
-    ifname: str
-
-
-def valid_attachments(body: JsonObject) -> set[AttachmentId]:
-    """Parse cni.dev/valid-attachments (or the legacy cni.dev/attachments) from a config.
+def valid_attachments(network: str, body: JsonObject) -> set[Attachment]:
+    """Parse cni.dev/valid-attachments (or the legacy cni.dev/attachments) from the config
+    of `network`.
 
     Neither key present means "no attachment is valid"; that is what the spec says a GC
     with an empty list means, so a plugin removes everything it owns on this network.
     """
     key = VALID_ATTACHMENTS if body.get(VALID_ATTACHMENTS) is not None else LEGACY_ATTACHMENTS
-    out: set[AttachmentId] = set()
+    out: set[Attachment] = set()
     for entry in body.objects(key):
         cid = entry.string("containerID", "")
         ifname = entry.string("ifname", "")
         if not cid or not ifname:
             raise invalid_config(f"{entry.where} needs both 'containerID' and 'ifname'")
-        out.add(AttachmentId(cid, ifname))
+        out.add(Attachment(network, cid, ifname))
     return out

@@ -124,7 +124,7 @@ class JsonObject:
 
 # ---------------------------------------------------------------------------- one value
 # Checks of one JSON value that is present and not null, as the record codecs use them
-# (common.state.Key): each returns the value or raises ValueError saying what it is not
+# (common.records.Key): each returns the value or raises ValueError saying what it is not
 # (the caller puts the key in front of it).
 
 

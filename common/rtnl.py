@@ -12,6 +12,7 @@ import errno
 import os
 import struct
 import sys
+from contextlib import nullcontext
 from types import SimpleNamespace
 
 TYPE_CHECKING = False
@@ -255,8 +256,6 @@ class RtnlSocket:
     netns only to open it (CniError INVALID_NETNS when it cannot, as common.netns says)."""
 
     def __init__(self, tc: bool = True, netns: str = "") -> None:
-        from contextlib import nullcontext
-
         from common.netns import entered  # looked up at each call: crash points wrap it
 
         self.netns = netns

@@ -14,6 +14,7 @@ import sys
 from common import jsontext as json
 from common import versions
 from common.errors import INTERNAL, MAX_STDIN_BYTES, CniError, escape
+from common.values import Value
 
 # `typing` is costly to import; type checkers treat this name as true whatever its value,
 # so the annotations below are checked without the runtime paying for them.
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
 
     from common.config import NetConf
     from common.env import Invocation
+    from common.identity import Attachment
     from common.log import Log
 
 
@@ -32,29 +34,16 @@ PACKAGE_VERSION = "0.1.0"
 VERB_FUNCTIONS = {"ADD": "add", "DEL": "delete", "CHECK": "check", "GC": "gc", "STATUS": "status"}
 
 
-class Request:
+class Request(Value):
     """Everything a verb needs: the environment, the parsed config, a logger and the
     plugin's kernel port (None: the verbs open the real kernel's; `run` is handed another
-    implementation of the same port to run them against a model of the kernel).
+    implementation of the same port to run them against a model of the kernel)."""
 
-    Plain rather than a common.values.Value, as Plugin: VERSION would import that module
-    only to define the two (its start-up budget counts modules)."""
-
-    __slots__ = ("conf", "env", "environ", "kernel", "log")
-
-    def __init__(
-        self,
-        env: Invocation,
-        conf: NetConf,
-        log: Log,
-        environ: Mapping[str, str],
-        kernel: Any = None,
-    ) -> None:
-        self.env = env
-        self.conf = conf
-        self.log = log
-        self.environ = environ
-        self.kernel = kernel
+    env: Invocation
+    conf: NetConf
+    log: Log
+    environ: Mapping[str, str]
+    kernel: Any = None
 
     @property
     def network(self) -> str:
@@ -72,8 +61,14 @@ class Request:
     def netns(self) -> str:
         return self.env.netns
 
+    @property
+    def attachment(self) -> Attachment:
+        from common.identity import Attachment
 
-class Plugin:
+        return Attachment(self.network, self.container_id, self.ifname)
+
+
+class Plugin(Value):
     """A plugin's table of contents: its name; the functions `add`, `delete`, `check`, `gc`
     and `status` of `<name>.verbs` (a "-" in the name is "_" there) handle the verbs (`add`
     returns the result to print, or None to pass prevResult through unchanged).
@@ -82,10 +77,7 @@ class Plugin:
     calls VERSION for every plugin of every list on every command - never pay for it.
     """
 
-    __slots__ = ("name",)
-
-    def __init__(self, name: str) -> None:
-        self.name = name
+    name: str
 
     def banner(self) -> str:
         return (

@@ -118,7 +118,8 @@ class Value(metaclass=_ValueMeta):
 
 
 class OrderedValue(Value):
-    """A value that sorts by its fields, in the order they are declared."""
+    """A value that sorts by its fields, in the order they are declared (`<`, which is
+    what sorting uses; `>` is its reflection)."""
 
     __slots__ = ()
 
@@ -126,18 +127,3 @@ class OrderedValue(Value):
         if other.__class__ is not self.__class__:
             return NotImplemented
         return self._fields() < other._fields()
-
-    def __le__(self, other: OrderedValue) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        return self._fields() <= other._fields()
-
-    def __gt__(self, other: OrderedValue) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        return self._fields() > other._fields()
-
-    def __ge__(self, other: OrderedValue) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        return self._fields() >= other._fields()

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from common.config import NetConf
-    from common.gc import AttachmentId
+    from common.identity import Attachment
     from common.log import Log
     from common.result import Result
 
@@ -81,7 +81,7 @@ def check(config: IpamConfig, container_id: str, ifname: str, log: Log | None = 
     return store.check(config, container_id, ifname, log)
 
 
-def gc(config: IpamConfig, valid: set[AttachmentId], log: Log | None = None) -> None:
+def gc(config: IpamConfig, valid: set[Attachment], log: Log | None = None) -> None:
     """GC: free every lease of the network whose attachment is not in `valid`
     (common.gc.valid_attachments), host-local's included, except those of an ADD still
     in flight; also empty lease files (host-local killed mid-create) and what a killed

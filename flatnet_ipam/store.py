@@ -6,7 +6,7 @@ holding `<containerID>\\r\\n<ifname>`, the cursor `last_reserved_ip.<range set i
 and the `lock` file both plugins flock around every call.
 
 What host-local finds by reading every file (which lease is whose), we keep in an index:
-one record per attachment (Lease, a common.state record) in
+one record per attachment (Lease, a common.records record) in
 `<dataDir>/.flatnet-ipam/<network>/`, written through the attachment engine
 (common.attachment: intent before a lease exists, confirm, undo, teardown, GC's sweep),
 plus the file `seen`: the boot we last ran in and the lease directory's (inode, mtime)
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import os
 
-from common import state
 from common.errors import (
     CHECK_FAILED,
     CONFLICT,
@@ -35,20 +34,22 @@ from common.errors import (
     STATUS_UNAVAILABLE,
     CniError,
 )
+from common.identity import Attachment, network_tag
 from common.jsonobj import flag, listed, non_empty
-from common.state import AttachmentStore, Key, flock_with_deadline
+from common.lock import flock_with_deadline
+from common.records import Key, Record, decode
+from common.store import AttachmentStore
 from common.values import field
 from flatnet_ipam.addr import format_cidr, format_ip, parse_ip
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from contextlib import AbstractContextManager
     from typing import Any
 
-    from common.gc import AttachmentId
     from common.log import Log
     from common.result import DNS, Result
-    from common.state import Owner as StoreOwner
     from flatnet_ipam.config import IpamConfig, Range, RangeSet
 
 INDEX_DIR = ".flatnet-ipam"  # in dataDir; no network is named so (names start alnum)
@@ -68,7 +69,7 @@ def _addresses(value: object) -> list[str]:
     return out
 
 
-class Lease(state.Record):
+class Lease(Record):
     """An attachment's leases: the file names (addresses) it holds, the boot it got them
     in, and whether we adopted them from another writer (host-local)."""
 
@@ -82,20 +83,21 @@ class Lease(state.Record):
     }
 
     @staticmethod
-    def file_name(network: str, container_id: str, ifname: str) -> str:
-        """common.state.tagged_name, the network's part computed once per process: a GC
-        names thousands of records of one network."""
+    def file_name(attachment: Attachment) -> str:
+        """Record.file_name (the attachment's tag), the network's part computed once per
+        process: a GC names thousands of records of one network."""
         from common.digest import sha256_hex
 
+        network = attachment.network
         tag = _NETWORK_TAGS.get(network)
         if tag is None:
-            tag = _NETWORK_TAGS[network] = sha256_hex(network.encode())[:8]
-        raw = "\0".join((network, container_id, ifname)).encode()
+            tag = _NETWORK_TAGS[network] = network_tag(network)
+        raw = "\0".join((network, attachment.container_id, attachment.ifname)).encode()
         return f"{tag}-{sha256_hex(raw)[:16]}.json"
 
     @classmethod
     def from_json(cls, raw: Any) -> Lease | None:
-        """As common.state.Record.from_json decodes by KEYS, without its generic walk (a
+        """As common.records.Record.from_json decodes by KEYS, without its generic walk (a
         GC decodes thousands); tests/unit hold the two to the same answers."""
         if not isinstance(raw, dict):
             return None
@@ -151,7 +153,7 @@ class _Held:
             leases._lock = lock
         leases._depth += 1
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, *exc: Any) -> None:
         leases = self.leases
         leases._depth -= 1
         if leases._depth == 0 and leases._lock is not None:
@@ -160,7 +162,7 @@ class _Held:
             leases._lock = None
 
 
-class LeaseStore(AttachmentStore):
+class LeaseStore(AttachmentStore[Lease]):
     """The index (an AttachmentStore of Lease records) and the lease directory it indexes,
     under host-local's lock (`lock` overrides the store's own: one lock for both)."""
 
@@ -171,11 +173,11 @@ class LeaseStore(AttachmentStore):
         self.lease_dir = config.lease_dir
         self.boot = boot_id()
         self._depth = 0
-        self._lock: flock_with_deadline | None = None
+        self._lock: AbstractContextManager[None] | None = None
         self._dfd = -1
         self._seen: dict[str, object] | None = None
         # The records, read once per lock held (the scans and GC's sweep need them all).
-        self._entries: dict[str, Any] | None = None
+        self._entries: dict[str, Lease] | None = None
         # A lease of a record named another attachment: the address changed hands behind
         # our back, so the next call reads every lease file again (see adopt).
         self.rescan_next = False
@@ -188,18 +190,18 @@ class LeaseStore(AttachmentStore):
     def lock(self, name: str = "", timeout: float | None = None) -> _Held:  # type: ignore[override]
         return _Held(self)
 
-    def entries(self, network: str) -> dict[str, Any]:
+    def entries(self, network: str) -> dict[str, Lease]:
         if self._entries is None or self._depth == 0:
             self._entries = super().entries(network)
         return self._entries
 
-    def save(self, owner: StoreOwner, entry: Any) -> None:
-        super().save(owner, entry)
+    def save(self, attachment: Attachment, record: Lease) -> None:
+        super().save(attachment, record)
         if self._entries is not None:
-            self._entries[self.file_of(owner)] = entry
+            self._entries[self.file_of(attachment)] = record
 
-    def forget(self, owner: StoreOwner) -> None:
-        name = self.file_of(owner)  # (a Lease has no former name)
+    def forget(self, attachment: Attachment) -> None:
+        name = self.file_of(attachment)
         self.remove(name)
         if self._entries is not None:
             self._entries.pop(name, None)
@@ -255,7 +257,7 @@ class LeaseStore(AttachmentStore):
         try:
             os.write(fd, content)
             # A dir fd makes os.link use linkat(AT_SYMLINK_FOLLOW), which links the file
-            # behind /proc/self/fd/N (see common.state.StateDir._create_whole).
+            # behind /proc/self/fd/N (the way a whole file is made without a name first).
             os.link(f"/proc/self/fd/{fd}", name, dst_dir_fd=dfd)
         except FileExistsError:
             return False
@@ -336,7 +338,7 @@ class LeaseStore(AttachmentStore):
         data = self.read_bytes(SEEN)
         if data is None:
             return None
-        raw = state.decode(data)[0]
+        raw = decode(data)[0]
         return raw if isinstance(raw, dict) else None
 
     def note_seen(self) -> None:
@@ -413,7 +415,7 @@ class LeaseStore(AttachmentStore):
                 found.setdefault((cid, ifname), []).append(name)
         written = []
         for (cid, ifname), names in found.items():
-            owner = Owner(self.config.network, cid, ifname)
+            owner = Attachment(self.config.network, cid, ifname)
             record = records.get(self.file_of(owner))
             if record is not None and all(n in record.addresses for n in names):
                 continue
@@ -434,7 +436,7 @@ class LeaseStore(AttachmentStore):
         for record in list(self.entries(self.config.network).values()):
             if record.boot != self.boot:
                 freed = self.free_all(record)
-                self.forget(record)
+                self.forget(record.attachment)
                 self.logger.info(
                     f"freed {', '.join(freed) or 'nothing'} of {record.container_id}/"
                     f"{record.ifname}: leased before this boot"
@@ -451,15 +453,6 @@ class LeaseStore(AttachmentStore):
             os.unlink(name, dir_fd=self._dfd)
         except OSError:
             pass
-
-
-class Owner:
-    """An attachment, as the store names its record."""
-
-    __slots__ = ("container_id", "ifname", "network")
-
-    def __init__(self, network: str, container_id: str, ifname: str) -> None:
-        self.network, self.container_id, self.ifname = network, container_id, ifname
 
 
 def _is_lease_name(name: str) -> bool:
@@ -514,7 +507,7 @@ def allocate(config: IpamConfig, container_id: str, ifname: str, log: Log | None
 
     log = _quiet_log(log)
     leases = LeaseStore(config, log)
-    owner = Owner(config.network, container_id, ifname)
+    owner = Attachment(config.network, container_id, ifname)
     content = lease_content(container_id, ifname)
     with leases.lock():
         leases.prepare()
@@ -661,7 +654,7 @@ def release(config: IpamConfig, container_id: str, ifname: str, log: Log | None)
     with leases.lock():
         leases.prepare()
         freed: list[str] = Engine(leases, log).delete(
-            Owner(config.network, container_id, ifname), leases.free_all
+            Attachment(config.network, container_id, ifname), leases.free_all
         )
         leases.note_seen()
     return freed
@@ -670,7 +663,7 @@ def release(config: IpamConfig, container_id: str, ifname: str, log: Log | None)
 def check(config: IpamConfig, container_id: str, ifname: str, log: Log | None) -> list[str]:
     log = _quiet_log(log)
     leases = LeaseStore(config, log)
-    owner = Owner(config.network, container_id, ifname)
+    owner = Attachment(config.network, container_id, ifname)
     content = lease_content(container_id, ifname)
     with leases.lock():
         leases.prepare()
@@ -700,7 +693,7 @@ def check(config: IpamConfig, container_id: str, ifname: str, log: Log | None) -
     return held
 
 
-def gc(config: IpamConfig, valid: set[AttachmentId], log: Log | None) -> None:
+def gc(config: IpamConfig, valid: set[Attachment], log: Log | None) -> None:
     from common.attachment import Engine
 
     log = _quiet_log(log)

@@ -33,8 +33,8 @@ def check(request: Request) -> None:
 def gc(request: Request) -> None:
     from common.gc import valid_attachments
 
-    valid = valid_attachments(request.conf.body)
-    lib.gc(_config(request), valid, request.log)
+    config = _config(request)
+    lib.gc(config, valid_attachments(config.network, request.conf.body), request.log)
 
 
 def status(request: Request) -> None:

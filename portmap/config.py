@@ -7,10 +7,14 @@ kernel; what each option accepts: docs/portmap.md.
 from __future__ import annotations
 
 from common.config import NetConf
-from common.digest import sha256_hex, sha512_hex
+from common.digest import sha512_hex
 from common.errors import CniError, invalid_config
 from common.jsonobj import JsonObject
 from common.values import Value, field
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from common.identity import Attachment
 
 # IP protocol numbers (the kernel and nft speak numbers) and the names we accept.
 PROTOCOL_NAMES = {6: "tcp", 17: "udp", 132: "sctp"}
@@ -70,11 +74,6 @@ class Options(Value):
         return self.conditions_v4 if family == 4 else self.conditions_v6
 
 
-def network_tag(network: str) -> str:
-    """The first part of the tags of `network`'s attachments (GC looks for it)."""
-    return sha256_hex(network.encode())[:8]
-
-
 # The Go portmap's per-attachment iptables chain, which the iptables backend makes too:
 # here rather than in portmap.xtables so that a DEL without a record (the Go takeover's
 # look) names it without loading the iptables backend.
@@ -87,28 +86,11 @@ def go_chain_name(network: str, container_id: str) -> str:
     return (CHAIN_PREFIX + sha512_hex((network + container_id).encode()))[:28]
 
 
-class Attachment(Value):
-    """(network, container id, ifname): who owns a set of mappings."""
-
-    network: str
-    container_id: str
-    ifname: str
-
-    @property
-    def tag(self) -> str:
-        """A short stable id: network hash - attachment hash (names chains, state files)."""
-        raw = "\0".join((self.network, self.container_id, self.ifname)).encode()
-        return f"{network_tag(self.network)}-{sha256_hex(raw)[:16]}"
-
-    def __str__(self) -> str:
-        return f"{self.network}/{self.container_id}/{self.ifname}"
-
-    @property
-    def comment(self) -> str:
-        """What nft element comments and iptables comments carry: tag first, then a name
-        an operator recognises (truncated: comments hold at most 128 bytes)."""
-        readable = "".join(c if c in _COMMENT_SAFE else "_" for c in str(self))
-        return f"{self.tag} {readable}"[:120]
+def owner_comment(att: Attachment) -> str:
+    """What nft element comments and iptables comments carry: the attachment's tag first,
+    then a name an operator recognises (truncated: comments hold at most 128 bytes)."""
+    readable = "".join(c if c in _COMMENT_SAFE else "_" for c in str(att))
+    return f"{att.tag} {readable}"[:120]
 
 
 _COMMENT_SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.:/@+=-")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from common.errors import KERNEL_FAILURE, CniError
 from common.log import Log
-from common.state import AttachmentStore
 
 TYPE_CHECKING = False  # avoids importing typing at run time
 if TYPE_CHECKING:
@@ -18,6 +17,7 @@ if TYPE_CHECKING:
     from portmap.kernel import Kernel, NftKernel
     from portmap.nft import Nft
     from portmap.plan import UdpTargets
+    from portmap.state import Store
 
     Rule = tuple[int, str, dict[str, Any]]
 
@@ -33,7 +33,7 @@ def release(
     network: str,
     container_id: str,
     cidrs: list[str],
-    sd: AttachmentStore,
+    sd: Store,
     log: Log,
     kernel: Kernel,
 ) -> UdpTargets:

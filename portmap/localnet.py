@@ -29,7 +29,7 @@ from __future__ import annotations
 import os
 
 from common.env import plugin_dir
-from common.state import StateDir
+from common.statedir import StateDir
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -128,7 +128,7 @@ class Registry:
         nowhere else): on when it is not. OSError when the sysctl cannot be read or
         written. The entry names its network in full: GC's sweep goes by it, not by the
         tag's short network hash that two names can share."""
-        from common.state import safe_file_name
+        from common.safepath import safe_file_name
 
         safe_file_name(ifname)  # an interface name never holds "/"; the route said it
         with self.dir.lock(LOCK):

@@ -9,15 +9,15 @@ from itertools import pairwise
 
 from common.digest import sha256_hex
 from common.errors import CONFLICT, KERNEL_FAILURE, STATUS_UNAVAILABLE, CniError, invalid_config
+from common.identity import network_tag
 from common.values import OrderedValue, Value
 from portmap import state
 from portmap.config import (
     ANY_ADDRESS,
     PROTOCOL_NAMES,
-    Attachment,
     Conditions,
     host_ports,
-    network_tag,
+    owner_comment,
 )
 from portmap.plan import MASQ_ALL, MASQ_NONE, MASQ_SUBNET, FamilyPlan, Plan, UdpTargets
 
@@ -25,10 +25,11 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from common.gc import AttachmentId
+    from common.identity import Attachment
     from common.log import Log
-    from common.state import AttachmentStore, Stamps
+    from common.store import Stamps
     from portmap.kernel import NftKernel
+    from portmap.state import Store
 
 NAME = "nftables"
 T = "inet cni_meta_portmap"
@@ -480,7 +481,7 @@ def record_of(att: Attachment, elements: Iterable[Element]) -> state.Recorded:
 class NftBackend:
     name = NAME
 
-    def __init__(self, sd: AttachmentStore, log: Log, port: NftKernel) -> None:
+    def __init__(self, sd: Store, log: Log, port: NftKernel) -> None:
         from common.attachment import Engine
 
         self.sd = sd
@@ -516,7 +517,7 @@ class NftBackend:
             fast = recorded is None or recorded.committed
             if fast and proves_ownership(previous, att):
                 change.intend(record_of(att, [*previous, *wanted]))
-                lines = [*delete_text(previous), *add_text(wanted, att.comment)]
+                lines = [*delete_text(previous), *add_text(wanted, owner_comment(att))]
                 if nft.run("\n".join(lines))[0] == 0:
                     change.confirm(record_of(att, wanted))
                     return
@@ -525,7 +526,7 @@ class NftBackend:
             setup = self._missing_setup(nft, plan)
             change.intend(record_of(att, [*mine, *wanted]))
             for _attempt in range(2):
-                lines = [*setup, *delete_text(mine), *masq, *add_text(wanted, att.comment)]
+                lines = [*setup, *delete_text(mine), *masq, *add_text(wanted, owner_comment(att))]
                 rc, _, err = nft.run("\n".join(lines))
                 if rc == 0:
                     change.confirm(record_of(att, wanted))
@@ -542,16 +543,13 @@ class NftBackend:
     def _missing_setup(self, nft: Nft, plan: Plan) -> list[str]:
         lanes = plan_lanes(plan)
         probe = ", ".join(str(lane.id) for lane in (*DEFAULT_LANES, *lanes))
-        # A table without the owners set gets it here (`add set` of an existing set
-        # changes nothing).
         if nft.run(f"get element {T} lanes {{ {probe} }}")[0] == 0:
-            return [OWNERS_SET]
+            return []
         lines: list[str] = []
         if not nft.table_exists():
             lines += skeleton_text()
             present = {lane.id for lane in DEFAULT_LANES}
         else:
-            lines.append(OWNERS_SET)
             present = {lane.id for lane in (*DEFAULT_LANES, *lanes) if nft.has_lane(lane)}
             if not {lane.id for lane in DEFAULT_LANES} <= present:
                 raise CniError(
@@ -640,7 +638,7 @@ class NftBackend:
         an attachment without its key has nothing in the table. One netlink lookup each,
         whatever the table holds; libnftables' reads would first load every element of
         the table, under the lock every ADD and DEL of the node waits for. A table
-        without the owners set (an older release made it) may hold anything."""
+        without the owners set (ours always has it: someone deleted it) may hold anything."""
         table, key = T.split()[1], owner_element(att).key
         if self.port.may_have_element(table, OWNERS, bytes.fromhex(key.replace(":", ""))):
             return True
@@ -669,8 +667,7 @@ class NftBackend:
     # -- CHECK -------------------------------------------------------------------------
 
     def check(self, plan: Plan) -> list[str]:
-        # The ownership proof only keeps DEL cheap; forwarding works without it (a table
-        # may lack the owners set).
+        # The ownership proof only keeps DEL cheap; forwarding works without it.
         wanted = forwarding_elements(plan)
         nft = Nft(self.port)
         problems = [
@@ -705,14 +702,14 @@ class NftBackend:
 
     # -- GC / STATUS ---------------------------------------------------------------------
 
-    def gc(self, network: str, valid: set[AttachmentId], before: Stamps) -> UdpTargets:
+    def gc(self, network: str, valid: set[Attachment], before: Stamps) -> UdpTargets:
         prefix = network_tag(network) + "-"
         forgotten: set[str] = set()  # the tags of the stale records the engine forgets
         with self.engine.collecting(
             network, valid, state.forgetting(forgotten), owns=self.owns, unusable=prefix,
             before=before,
         ) as alive:  # fmt: skip
-            keep = {Attachment(network, a.container_id, a.ifname).tag for a in alive}
+            keep = {a.tag for a in alive}
             stale: dict[str, bool] = {}  # tag -> whether its elements go
             unproven: set[str] = set()
 

@@ -13,11 +13,14 @@ from common.values import Value
 from portmap.config import (
     ANY_ADDRESS,
     DEFAULT_MARK_BIT,
-    Attachment,
     Conditions,
     PortmapConfig,
     host_ports,
 )
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from common.identity import Attachment
 
 MASQ_NONE = "none"
 MASQ_SUBNET = "subnet"  # container subnet (hairpin, neighbours) and, for IPv4, localhost

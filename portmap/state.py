@@ -12,7 +12,8 @@ from __future__ import annotations
 from common.env import plugin_dir
 from common.errors import CONFLICT, CniError
 from common.jsonobj import listed, text
-from common.state import AttachmentStore, Key, Record, tagged_name
+from common.records import Key, Record
+from common.store import AttachmentStore
 from common.values import field
 
 TYPE_CHECKING = False
@@ -25,14 +26,14 @@ if TYPE_CHECKING:
 PLUGIN = "portmap"
 
 
-def store(log: Log | None = None) -> AttachmentStore:
+def store(log: Log | None = None) -> Store:
     return AttachmentStore(plugin_dir(PLUGIN), Recorded, log)
 
 
 class Recorded(Record):
     """`objects` as the backend spells them. Tolerant: what is not as written reads as ""
-    or empty (the kernel decides). Named by the attachment's tag (common.state.tagged_name),
-    which its kernel objects carry too."""
+    or empty (the kernel decides). Named by the attachment's tag (Attachment.tag), which
+    its kernel objects carry too."""
 
     backend: str = ""
     objects: list[Any] = field(default_factory=list)
@@ -40,13 +41,16 @@ class Recorded(Record):
     KEYS = {"backend": Key("backend", text), "objects": Key("objects", listed)}
 
 
-def owner_name(store: AttachmentStore, comment: str) -> str:
+Store = AttachmentStore[Recorded]
+
+
+def owner_name(store: Store, comment: str) -> str:
     """'network/container/ifname' of the attachment whose kernel objects carry `comment`
-    (Attachment.comment: its tag, then a readable name), as well as we know it."""
+    (portmap.config.comment: its tag, then a readable name), as well as we know it."""
     tag, _, readable = comment.partition(" ")
     entry = store.read(f"{tag}.json")
     if entry is not None and entry.network and entry.container_id and entry.ifname:
-        return f"{entry.network}/{entry.container_id}/{entry.ifname}"
+        return str(entry.attachment)
     return readable or tag
 
 
@@ -59,9 +63,9 @@ def _is_tag(tag: str) -> bool:
     return bool(dash) and len(net) == 8 and len(att) == 16 and set(net + att) <= _HEX
 
 
-def owner_network(store: AttachmentStore, comment: str) -> str:
+def owner_network(store: Store, comment: str) -> str:
     """The network of the attachment whose kernel objects carry `comment`
-    (Attachment.comment), "" when nothing proves it. Never the tag's first part alone:
+    (portmap.config.comment), "" when nothing proves it. Never the tag's first part alone:
     that is a 32-bit hash of the name, which two names can share. The attachment's
     record says it, when its owner is the one its file is named after; else the readable
     part of the comment, which starts with the network's name and a "/" (names are plain,
@@ -71,7 +75,7 @@ def owner_network(store: AttachmentStore, comment: str) -> str:
         entry = store.read(f"{tag}.json")
         if entry is not None and entry.network and entry.container_id and entry.ifname:
             try:
-                if store.file_of(entry) == f"{tag}.json":
+                if store.file_of(entry.attachment) == f"{tag}.json":
                     return str(entry.network)
             except CniError:  # an owner no file could be named after: not this file's
                 pass
@@ -85,12 +89,12 @@ def forgetting(tags: set[str]) -> Callable[[Recorded], None]:
     network), for the kernel sweep that follows."""
 
     def teardown(record: Recorded) -> None:
-        tags.add(tagged_name(record.network, record.container_id, record.ifname)[:-5])
+        tags.add(record.attachment.tag)
 
     return teardown
 
 
-def port_taken(store: AttachmentStore, comment: str, where: str) -> CniError:
+def port_taken(store: Store, comment: str, where: str) -> CniError:
     """The conflict of an ADD whose host port `where` (config.host_ports) the attachment
     with `comment` maps already."""
     return CniError(

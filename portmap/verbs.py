@@ -21,15 +21,14 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Protocol
 
-    from common.gc import AttachmentId
+    from common.identity import Attachment
     from common.log import Log
     from common.result import Result
     from common.skel import Request
-    from common.state import AttachmentStore, Stamps
-    from portmap.config import Attachment
+    from common.store import Stamps
     from portmap.kernel import Kernel
     from portmap.plan import Plan, UdpTargets
-    from portmap.state import Recorded
+    from portmap.state import Recorded, Store
 
     class Backend(Protocol):
         name: str  # what its records say
@@ -42,16 +41,12 @@ if TYPE_CHECKING:
 
         def check(self, plan: Plan) -> list[str]: ...  # what differs from the plan
 
-        def gc(self, network: str, valid: set[AttachmentId], before: Stamps) -> UdpTargets: ...
+        def gc(self, network: str, valid: set[Attachment], before: Stamps) -> UdpTargets: ...
 
         def status(self) -> None: ...
 
 
 NFTABLES, IPTABLES = cfg.BACKENDS  # the config's "backend" values, and a record's
-
-
-def attachment(request: Request) -> cfg.Attachment:
-    return cfg.Attachment(request.network, request.container_id, request.ifname)
 
 
 def kernel_of(request: Request) -> Kernel:
@@ -67,7 +62,7 @@ def kernel_of(request: Request) -> Kernel:
 # ---------------------------------------------------------------------------- which backend
 
 
-def _make(name: str, sd: AttachmentStore, log: Log, kernel: Kernel) -> Backend:
+def _make(name: str, sd: Store, log: Log, kernel: Kernel) -> Backend:
     if name == IPTABLES:
         from portmap.xtables import XtablesBackend
 
@@ -90,13 +85,13 @@ def _configured(options: cfg.Options, kernel: Kernel) -> str:
     return NFTABLES if kernel.nft.usable() else IPTABLES
 
 
-def choose(options: cfg.Options, sd: AttachmentStore, log: Log, kernel: Kernel) -> Backend:
+def choose(options: cfg.Options, sd: Store, log: Log, kernel: Kernel) -> Backend:
     """The backend of an ADD, CHECK or STATUS."""
     return _make(_configured(options, kernel), sd, log, kernel)
 
 
 def of_attachment(
-    options: cfg.Options, recorded: Recorded | None, sd: AttachmentStore, log: Log, kernel: Kernel
+    options: cfg.Options, recorded: Recorded | None, sd: Store, log: Log, kernel: Kernel
 ) -> Backend:
     """The backend of a DEL: the one that recorded the attachment, else the config's."""
     if recorded is not None and recorded.backend in cfg.BACKENDS:
@@ -105,7 +100,7 @@ def of_attachment(
 
 
 def for_gc(
-    options: cfg.Options, network: str, sd: AttachmentStore, log: Log, kernel: Kernel
+    options: cfg.Options, network: str, sd: Store, log: Log, kernel: Kernel
 ) -> list[Backend]:
     """Every backend that may hold mappings of `network`: the config's, those of its
     records, and iptables wherever CNI-HOSTPORT-DNAT is: its chains are the Go portmap's
@@ -121,7 +116,7 @@ def for_gc(
 # ---------------------------------------------------------------------------- host extras
 
 
-def claim_localnet(request: Request, plan: Plan, kernel: Kernel, sd: AttachmentStore) -> None:
+def claim_localnet(request: Request, plan: Plan, kernel: Kernel, sd: Store) -> None:
     """route_localnet on the interface toward the container, when localhost forwarding
     needs it and that interface faces the container; recorded, so that the last
     attachment to need it puts it back (portmap.localnet). A repeated ADD that needs it
@@ -146,9 +141,7 @@ def claim_localnet(request: Request, plan: Plan, kernel: Kernel, sd: AttachmentS
         ) from None
 
 
-def release_localnet(
-    att: Attachment, request: Request, kernel: Kernel, sd: AttachmentStore
-) -> None:
+def release_localnet(att: Attachment, request: Request, kernel: Kernel, sd: Store) -> None:
     from portmap.localnet import Registry, tag_of
 
     Registry(kernel, request.log).release(tag_of(sd.file_of(att)))
@@ -187,7 +180,7 @@ def add(request: Request) -> Result | None:
     sd = state.store(request.log)
     kernel = kernel_of(request)
     backend = choose(config.options, sd, request.log, kernel)
-    plan = make_plan(config, attachment(request), prev)
+    plan = make_plan(config, request.attachment, prev)
     for note in plan.skipped:
         request.log.warning(f"skipped {note}")
     if plan.empty:
@@ -199,7 +192,7 @@ def add(request: Request) -> Result | None:
     try:
         claim_localnet(request, plan, kernel, sd)
     except CniError:
-        backend.delete(attachment(request), plan)
+        backend.delete(request.attachment, plan)
         raise
     flush_conntrack(plan.udp_ports(), request.log, kernel)
     request.log.info("forwarding " + describe(plan))
@@ -223,7 +216,7 @@ def delete(request: Request) -> None:
     from portmap import state
     from portmap.plan import make_plan
 
-    att = attachment(request)
+    att = request.attachment
     sd = state.store(request.log)
     try:
         config = cfg.parse(request.conf)
@@ -267,7 +260,7 @@ def check(request: Request) -> None:
     sd = state.store(request.log)
     kernel = kernel_of(request)
     backend = choose(config.options, sd, request.log, kernel)
-    plan = make_plan(config, attachment(request), prev)
+    plan = make_plan(config, request.attachment, prev)
     if plan.empty:
         return
     problems = backend.check(plan)
@@ -301,13 +294,15 @@ def gc(request: Request) -> None:
     config = cfg.parse(request.conf)
     sd = state.store(request.log)
     before = sd.stamps()  # before any lock: see AttachmentStore.sweep
-    valid = valid_attachments(request.conf.body)
+    valid = valid_attachments(request.network, request.conf.body)
     kernel = kernel_of(request)
     for backend in for_gc(config.options, request.network, sd, request.log, kernel):
         flush_conntrack(backend.gc(request.network, valid, before), request.log, kernel)
+    from common.identity import network_tag
     from portmap.localnet import Registry
 
-    Registry(kernel, request.log).sweep(request.network, cfg.network_tag(request.network) + "-", sd)
+    prefix = network_tag(request.network) + "-"
+    Registry(kernel, request.log).sweep(request.network, prefix, sd)
 
 
 def status(request: Request) -> None:

@@ -17,17 +17,16 @@ from common.errors import (
     CniError,
     invalid_config,
 )
+from common.identity import network_tag
+from common.lock import LOCK_TIMEOUT_ENV, lock_timeout
 from common.log import Log
-from common.state import LOCK_TIMEOUT_ENV, AttachmentStore, lock_timeout
 from common.values import Value
 from portmap import state
 from portmap.config import (
     CHAIN_PREFIX,
     IPT_ADDRESS_OPTIONS,
-    Attachment,
     Conditions,
     go_chain_name,
-    network_tag,
 )
 from portmap.plan import MASQ_ALL, MASQ_NONE, FamilyPlan, Forward, Plan, UdpTargets
 
@@ -36,16 +35,16 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
-    from common.gc import AttachmentId
-    from common.state import Stamps
+    from common.identity import Attachment
+    from common.store import Stamps
     from portmap.kernel import XtablesKernel
+    from portmap.state import Store
 
 NAME = "iptables"
 TOP = "CNI-HOSTPORT-DNAT"
 SETMARK = "CNI-HOSTPORT-SETMARK"
 MASQ = "CNI-HOSTPORT-MASQ"
 LOCK = "iptables.lock"
-OLD_COMMENT_PREFIX = "portmap "  # jumps of the tag-based naming: "portmap <tag> ..."
 GO_COMMENT = 'dnat name: "{}" id: "{}"'
 MULTIPORT_PORTS = 15  # what one multiport match holds (a range takes two)
 VARIANTS = ("nft", "legacy")
@@ -59,12 +58,6 @@ def second_chain_name(att: Attachment) -> str:
     id, so this hash input is never Go's for any pair."""
     raw = f"{att.network}/{att.container_id}/{att.ifname}"
     return (CHAIN_PREFIX + sha512_hex(raw.encode()))[:28]
-
-
-def old_chain_name(att: Attachment) -> str:
-    """The tag-based chain name (a hash of the tag), which records and jumps may still
-    carry: DEL and GC remove it."""
-    return CHAIN_PREFIX + sha512_hex(att.tag.encode())[:21]
 
 
 def chain_name(att: Attachment) -> str:
@@ -324,13 +317,6 @@ class Jump(Value):
             elif word == "-j":
                 self.target = value
 
-    @property
-    def old_owner(self) -> str:
-        """The owning attachment's tag in a jump of the tag-based naming, else ""."""
-        if not self.comment.startswith(OLD_COMMENT_PREFIX):
-            return ""
-        return self.comment[len(OLD_COMMENT_PREFIX) :].split(" ", 1)[0]
-
     def delete(self) -> str:
         """The line that deletes exactly this rule (iptables -D with its full text)."""
         return "-D" + self.raw[2:]
@@ -457,20 +443,18 @@ def sweep(
     return lines, udp
 
 
-def recorded_owner(sd: AttachmentStore, network: str, container_id: str, chain: str) -> str:
+def recorded_owner(sd: Store, network: str, container_id: str, chain: str) -> str:
     """'network/container/ifname' of our attachment whose record names `chain`, or ""."""
     for entry in sd.entries(network).values():
         if entry.backend != NAME or entry.container_id != container_id:
             continue
         if any(isinstance(o, list) and len(o) > 1 and o[1] == chain for o in entry.objects):
-            return f"{entry.network}/{entry.container_id}/{entry.ifname}"
+            return str(entry.attachment)
     return ""
 
 
-def _owner(sd: AttachmentStore, j: Jump) -> str:
+def _owner(sd: Store, j: Jump) -> str:
     """Who owns the chain `j` jumps to, for a conflict's message."""
-    if j.old_owner:
-        return state.owner_name(sd, j.comment.removeprefix(OLD_COMMENT_PREFIX))
     go = parse_go_comment(j.comment)
     if go is None:
         return f"of chain {j.target}"
@@ -485,7 +469,7 @@ def _overlaps(rule: Jump, fw: Forward) -> bool:
     return first <= fw.host_port + fw.count - 1 and fw.host_port <= last
 
 
-def placement(table: NatTable, fp: FamilyPlan, chain: str, sd: AttachmentStore) -> int | None:
+def placement(table: NatTable, fp: FamilyPlan, chain: str, sd: Store) -> int | None:
     """Where in CNI-HOSTPORT-DNAT the jumps of this attachment go: a 1-based position to
     insert them at, or None to append them (as Go does). Error 101 when a host port of the
     plan is DNATed by another chain already.
@@ -590,7 +574,7 @@ Where = list[tuple[int, str, str]]  # (family, chain, variant) of a record's obj
 class XtablesBackend:
     name = NAME
 
-    def __init__(self, sd: AttachmentStore, log: Log, port: XtablesKernel) -> None:
+    def __init__(self, sd: Store, log: Log, port: XtablesKernel) -> None:
         from common.attachment import Engine
 
         self.sd = sd
@@ -616,21 +600,19 @@ class XtablesBackend:
             return NatTable(text)
         return NatTable(self.tools.save(variant, family))
 
-    def _where(self, att: Attachment, recorded: state.Recorded | None) -> Where | None:
+    def _where(self, recorded: state.Recorded | None) -> Where | None:
         """(family, chain, variant) of what a previous ADD recorded, or None."""
         if not self.owns(recorded):
             return None
         assert recorded is not None
         out = []
         for obj in recorded.objects:
-            if isinstance(obj, list) and obj and obj[0] in (4, 6):
-                # a record of the tag-based naming holds that chain name
-                chain = obj[1] if len(obj) > 1 and isinstance(obj[1], str) else ""
-                if not chain.startswith(CHAIN_PREFIX) or len(chain) > 28:
-                    chain = old_chain_name(att)
-                # a record without a variant is of the legacy tables
-                variant = obj[2] if len(obj) > 2 and obj[2] in VARIANTS else "legacy"
-                out.append((int(obj[0]), chain, str(variant)))
+            # (family, chain, variant); anything else is not as written, and not ours
+            if isinstance(obj, list) and len(obj) == 3 and obj[0] in (4, 6):
+                family, chain, variant = obj
+                ours = isinstance(chain, str) and chain.startswith(CHAIN_PREFIX)
+                if ours and len(chain) <= 28 and variant in VARIANTS:
+                    out.append((int(family), chain, str(variant)))
         return out
 
     def _name(self, att: Attachment, previous: Where, tables: dict[int, NatTable]) -> str:
@@ -654,7 +636,7 @@ class XtablesBackend:
             condition_words(fp.conditions)  # a config iptables cannot express changes nothing
         with self.engine.add(att) as change:
             variant = self._variant()
-            previous = self._where(att, change.previous) or []
+            previous = self._where(change.previous) or []
             tables = {fp.family: self._table(variant, fp.family) for fp in plan.families}
             name = self._name(att, previous, tables)
             objects: list[list[Any]] = [[fp.family, name, variant] for fp in plan.families]
@@ -665,9 +647,8 @@ class XtablesBackend:
                     self.tools.delete_chains(variant, family, (name,))
 
             for family, chain, old in previous:
-                # a repeated ADD after the host changed variant, or of an attachment
-                # with a tag-based chain: the previous record still covers these
-                # until the intent below replaces it
+                # a repeated ADD after the host changed variant: the previous record
+                # still covers these until the intent below replaces it
                 if (chain, old) != (name, variant):
                     self.tools.delete_chains(old, family, (chain,))
                     tables.clear()  # read again: they held that chain
@@ -709,9 +690,9 @@ class XtablesBackend:
         have (Go's name is go_takeover.release's: a sibling attachment may own it)."""
 
         def teardown(recorded: state.Recorded | None) -> UdpTargets:
-            where = self._where(att, recorded)
+            where = self._where(recorded)
             if where is None:  # usually a repeated DEL: cheap looks, no tool run
-                own = (second_chain_name(att), old_chain_name(att))
+                own = (second_chain_name(att),)
                 where = [(f, c, v) for v in VARIANTS for f in (4, 6) for c in own]
                 where = [(f, c, v) for f, c, v in where if self.port.may_have(v, f, c)]
             targets: UdpTargets = []
@@ -727,7 +708,7 @@ class XtablesBackend:
         for fp in plan.families:
             condition_words(fp.conditions)
         att = plan.attachment
-        recorded = {f: (c, v) for f, c, v in self._where(att, self.sd.load(att)) or []}
+        recorded = {f: (c, v) for f, c, v in self._where(self.sd.load(att)) or []}
         go = chain_name(att)
         mark_chain = plan.external_mark_chain or SETMARK
         problems: list[str] = []
@@ -765,36 +746,22 @@ class XtablesBackend:
                 )
         return problems
 
-    def gc(self, network: str, valid: set[AttachmentId], before: Stamps) -> UdpTargets:
+    def gc(self, network: str, valid: set[Attachment], before: Stamps) -> UdpTargets:
         """Both variants, both families (an attachment may have been added before the host
         switched), wherever CNI-HOSTPORT-DNAT may be: the jumps of `network` in Go's
         format (ours and the Go portmap's alike) whose container is neither valid nor in
-        an ADD in flight, those of the tag-based format whose attachment is stale; then
-        their chains, unless another rule still jumps there."""
+        an ADD in flight; then their chains, unless another rule still jumps there."""
         targets: UdpTargets = []
         prefix = network_tag(network) + "-"
-        forgotten: set[str] = set()
         with self.engine.collecting(
-            network, valid, state.forgetting(forgotten), owns=self.owns, unusable=prefix,
-            before=before,
-        ) as alive_ids:  # fmt: skip
-            alive = [Attachment(network, a.container_id, a.ifname) for a in alive_ids]
-            keep_tags = {a.tag for a in alive}
+            network, valid, owns=self.owns, unusable=prefix, before=before
+        ) as alive:
             keep = {go_chain_name(network, a.container_id) for a in alive}
             keep |= {second_chain_name(a) for a in alive}
-            networks: dict[str, str] = {}  # comment -> its attachment's proven network
 
             def stale(j: Jump) -> bool:
                 if not j.target.startswith(CHAIN_PREFIX):
                     return False
-                tag = j.old_owner
-                if tag:  # its hash part may be another network's too (see owner_network)
-                    if not tag.startswith(prefix) or tag in keep_tags:
-                        return False
-                    comment = j.comment.removeprefix(OLD_COMMENT_PREFIX)
-                    if comment not in networks:
-                        networks[comment] = state.owner_network(self.sd, comment)
-                    return tag in forgotten or networks[comment] == network
                 go = parse_go_comment(j.comment)
                 return go is not None and go[0] == network and j.target not in keep
 

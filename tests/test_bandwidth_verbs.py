@@ -8,14 +8,12 @@ were sent. tests/test_bandwidth_netns.py proves the same on the real kernel.
 from __future__ import annotations
 
 import errno
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from bandwidth.plan import ifb_name
-from bandwidth.record import Record
 from tests.harness.fake_kernel import FakeKernel
 
 NET, CID = "bwnet", "ctr1"
@@ -257,57 +255,6 @@ def test_del_without_a_record_finds_the_attachment_from_the_interface(
     assert kernel.sent() == REMOVE_FILTER + remove_ifb
     kept = SHAPED.replace(f"    filter {REDIRECT}\n", "").replace(IFB_LINE + "\n", "")
     assert kernel.dump() == kept.replace(f"    qdisc {TBF_IFB}\n", "")
-
-
-def as_written_before(tmp_path: Path) -> Path:
-    """Turn the one record into what the previous version wrote (its former name, no
-    "committed"), as a pod added before an upgrade has it."""
-    (record,) = (tmp_path / "state").rglob("*.json")
-    raw = json.loads(record.read_text())
-    del raw["committed"]
-    old = record.with_name(Record.former_name(NET, CID, "eth0"))
-    old.write_text(json.dumps(raw))
-    record.unlink()
-    return old
-
-
-def test_del_uses_a_record_written_by_the_previous_version(
-    kernel: FakeKernel, tmp_path: Path
-) -> None:
-    netns = world(kernel)
-    before = kernel.dump()
-    add(kernel, netns)
-    as_written_before(tmp_path)
-    kernel.sent()
-    assert kernel.run("bandwidth", "DEL", conf(netns), netns=netns) == (0, None)
-    assert kernel.sent() == REMOVE  # the tbf and the ingress qdisc were known to be ours
-    assert (kernel.dump(), records(tmp_path)) == (before, [])
-
-
-def test_add_replaces_a_record_written_by_the_previous_version(
-    kernel: FakeKernel, tmp_path: Path
-) -> None:
-    netns = world(kernel)
-    add(kernel, netns)
-    (name,) = records(tmp_path)
-    as_written_before(tmp_path)
-    kernel.sent()
-    assert add(kernel, netns)[0] == 0
-    assert (kernel.sent(), records(tmp_path)) == ("", [name])
-
-
-def test_gc_removes_the_shaping_of_a_record_written_by_the_previous_version(
-    kernel: FakeKernel, tmp_path: Path
-) -> None:
-    netns = world(kernel)
-    before = kernel.dump()
-    add(kernel, netns)
-    as_written_before(tmp_path)
-    kernel.sent()
-    gc = {"cniVersion": "1.1.0", "name": NET, "type": "bandwidth"}
-    assert kernel.run("bandwidth", "GC", gc, netns="") == (0, None)
-    assert kernel.sent() == REMOVE
-    assert (kernel.dump(), records(tmp_path)) == (before, [])
 
 
 @pytest.mark.parametrize("first", ["unshaped", "shaped"])

@@ -28,14 +28,14 @@ def test_digests_equal_hashlib(data: bytes) -> None:
 
 DERIVE_EVERY_NAME = """
 import sys
-from portmap.config import Attachment, network_tag
+from common.identity import Attachment, network_tag
 from portmap.xtables import chain_name
 from portmap.nft import Lane
 from bandwidth.plan import ifb_name
 from tuning.backup import Backup
 att = Attachment("net", "c" * 64, "eth0")
 names = [att.tag, network_tag("net"), chain_name(att), Lane(4, ("x",)).suffix,
-         ifb_name("net", "c1"), Backup.file_name("net", "c" * 1024, "eth0")]
+         ifb_name("net", "c1"), Backup.file_name(Attachment("net", "c" * 1024, "eth0"))]
 assert all(names), names
 print(sorted(m for m in ("hashlib", "_hashlib") if m in sys.modules))
 """

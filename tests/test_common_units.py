@@ -18,9 +18,12 @@ from common import jsontext
 from common.config import decode, parse_netconf
 from common.env import parse_cni_args, read_invocation
 from common.errors import CniError
-from common.gc import AttachmentId, valid_attachments
-from common.jsonobj import JsonObject
-from common.state import AttachmentStore, StateDir
+from common.gc import valid_attachments
+from common.identity import Attachment
+from common.jsonobj import JsonObject, integer
+from common.records import Key, Record
+from common.statedir import StateDir
+from common.store import AttachmentStore
 from common.values import OrderedValue, Value, field
 
 
@@ -117,13 +120,15 @@ def test_netconf_exposes_runtime_config_and_args_cni() -> None:
 
 def test_valid_attachments_parse_and_legacy_key() -> None:
     body = JsonObject({"cni.dev/valid-attachments": [{"containerID": "a", "ifname": "eth0"}]})
-    assert valid_attachments(body) == {AttachmentId("a", "eth0")}
+    assert valid_attachments("n", body) == {Attachment("n", "a", "eth0")}
     legacy = JsonObject({"cni.dev/attachments": [{"containerID": "b", "ifname": "net1"}]})
-    assert valid_attachments(legacy) == {AttachmentId("b", "net1")}
-    assert valid_attachments(JsonObject({})) == set()
+    assert valid_attachments("n", legacy) == {Attachment("n", "b", "net1")}
+    assert valid_attachments("n", JsonObject({})) == set()
     assert (
         code_of(
-            valid_attachments, JsonObject({"cni.dev/valid-attachments": [{"containerID": "a"}]})
+            valid_attachments,
+            "n",
+            JsonObject({"cni.dev/valid-attachments": [{"containerID": "a"}]}),
         )
         == 7
     )
@@ -153,35 +158,24 @@ def test_holds_other_than_looks_for_another_record_only(tmp_path: Path) -> None:
     assert sd.holds_other_than("c.json")
 
 
-class Entry(Value):
-    """A codec as small as one gets: the owner and one number."""
+class Entry(Record):
+    """A record type as small as one gets: the owner and one number."""
 
-    network: str
-    container_id: str
-    ifname: str
     n: int = 0
+    KEYS = {"n": Key("n", integer(0, 99), required=True)}
 
     @staticmethod
-    def file_name(network: str, container_id: str, ifname: str) -> str:
-        return f"{network}-{container_id}-{ifname}.json"
-
-    def to_json(self) -> dict[str, object]:
-        return {"network": self.network, "cid": self.container_id, "if": self.ifname, "n": self.n}
-
-    @classmethod
-    def from_json(cls, raw: object) -> Entry | None:
-        if not isinstance(raw, dict) or not isinstance(raw.get("n"), int):
-            return None
-        return cls(raw["network"], raw["cid"], raw["if"], raw["n"])
+    def file_name(attachment: Attachment) -> str:
+        return f"{attachment.network}-{attachment.container_id}-{attachment.ifname}.json"
 
 
 def test_attachment_store_round_trips_an_entry_under_its_codecs_name(tmp_path: Path) -> None:
     store = AttachmentStore(str(tmp_path / "p"), Entry)
-    owner = Entry("net", "c1", "eth0")
+    owner = Attachment("net", "c1", "eth0")
     assert store.load(owner) is None and not store.has(owner)
-    store.save(owner, Entry("net", "c1", "eth0", 7))
+    store.save(owner, Entry("net", "c1", "eth0", n=7))
     assert os.listdir(store.directory) == ["net-c1-eth0.json"]
-    assert store.has(owner) and store.load(owner) == Entry("net", "c1", "eth0", 7)
+    assert store.has(owner) and store.load(owner) == Entry("net", "c1", "eth0", n=7)
     store.forget(owner)
     store.forget(owner)  # nothing left is fine
     assert store.load(owner) is None
@@ -190,14 +184,14 @@ def test_attachment_store_round_trips_an_entry_under_its_codecs_name(tmp_path: P
 def test_gc_sweep_splits_stale_from_in_flight_and_skips_the_rest(tmp_path: Path) -> None:
     store = AttachmentStore(str(tmp_path / "p"), Entry)
     for cid in ("valid", "stale", "rewritten"):
-        store.save(Entry("net", cid, "eth0"), Entry("net", cid, "eth0"))
-    store.save(Entry("other", "x", "eth0"), Entry("other", "x", "eth0"))  # another network
+        store.save(Attachment("net", cid, "eth0"), Entry("net", cid, "eth0"))
+    store.save(Attachment("other", "x", "eth0"), Entry("other", "x", "eth0"))  # another network
     store.write_json("misnamed.json", Entry("net", "m", "eth0").to_json())  # not its name
     store.write_json("foreign.json", {"what": "not an entry"})
     before = store.stamps()  # GC starts; then two ADDs finish before it takes the lock
-    store.save(Entry("net", "rewritten", "eth0"), Entry("net", "rewritten", "eth0", 1))
-    store.save(Entry("net", "new", "eth0"), Entry("net", "new", "eth0"))
-    stale, in_flight = store.sweep("net", {AttachmentId("valid", "eth0")}, before)
+    store.save(Attachment("net", "rewritten", "eth0"), Entry("net", "rewritten", "eth0", n=1))
+    store.save(Attachment("net", "new", "eth0"), Entry("net", "new", "eth0"))
+    stale, in_flight = store.sweep("net", {Attachment("net", "valid", "eth0")}, before)
     assert [e.container_id for e in stale] == ["stale"]
     assert sorted(e.container_id for e in in_flight) == ["new", "rewritten"]
 

@@ -16,7 +16,7 @@ kind:
 
 "As before" is a full snapshot (tests/harness/snapshot.py) of the host and container
 namespaces (nft ruleset, legacy iptables, links, qdiscs, ingress filters, sysctls) and of
-the state dir, lock files apart (kept for good by design, see common/state.py).
+the state dir, lock files apart (kept for good by design, see common/statedir.py).
 
 The snapshot right after each kill is classified against the ones before and after a
 clean call: `untouched`, `state only` (the state file changed, the kernel not yet),

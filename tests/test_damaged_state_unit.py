@@ -19,7 +19,7 @@ import pytest
 
 from bandwidth.plan import ifb_name
 from bandwidth.record import Record
-from portmap.config import Attachment
+from common.identity import Attachment
 from tests.harness.fake_kernel import FakeKernel
 from tests.harness.fake_portmap import FakeNetfilter
 
@@ -131,7 +131,7 @@ def test_bandwidth_gc_leaves_a_record_that_changed_since_it_started(
     kernel: FakeKernel, tmp_path: Path
 ) -> None:
     """A file replaced after GC took its stamps belongs to an ADD in flight."""
-    from common.state import AttachmentStore
+    from common.store import AttachmentStore
 
     _, record = bw_added(kernel)
     store = AttachmentStore(str(record.parent), Record)

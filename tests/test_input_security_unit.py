@@ -29,8 +29,9 @@ import pytest
 from common import skel
 from common.config import parse_netconf
 from common.errors import CniError
+from common.identity import Attachment
 from common.result import Result
-from common.state import StateDir
+from common.statedir import StateDir
 from portmap import config as cfg
 from portmap import nft, xtables
 from portmap.plan import make_plan
@@ -59,7 +60,7 @@ def refusal(mappings: list[dict[str, Any]], **keys: Any) -> CniError:
     return e.value
 
 
-def nft_text(config: cfg.PortmapConfig, att: cfg.Attachment, prev: dict[str, Any]) -> str:
+def nft_text(config: cfg.PortmapConfig, att: Attachment, prev: dict[str, Any]) -> str:
     """Every line of nft text an ADD and a DEL of this attachment would send."""
     plan = make_plan(config, att, Result.from_json(prev, "1.0.0"))
     elements = nft.plan_elements(plan)
@@ -69,7 +70,7 @@ def nft_text(config: cfg.PortmapConfig, att: cfg.Attachment, prev: dict[str, Any
         lines += lane.create_text()
     for fp in nft.plan_masq_chains(plan):
         lines += nft.masq_chain_text(*fp)
-    lines += nft.add_text(elements, att.comment)
+    lines += nft.add_text(elements, cfg.owner_comment(att))
     lines += nft.delete_text(elements)
     return "\n".join(lines)
 
@@ -105,7 +106,7 @@ def test_a_prev_result_address_with_a_zone_id_is_refused() -> None:
     prev["ips"][1]["address"] = 'fd00:88::5%x"}/64'
     config = portmap_conf([{"hostPort": 8080, "containerPort": 80}])
     with pytest.raises(CniError) as e:
-        make_plan(config, cfg.Attachment("n", "c", "eth0"), Result.from_json(prev, "1.0.0"))
+        make_plan(config, Attachment("n", "c", "eth0"), Result.from_json(prev, "1.0.0"))
     assert e.value.code == 7 and "prevResult.ips[1].address" in e.value.msg
 
 
@@ -126,9 +127,9 @@ def test_hostile_names_in_comments_stay_one_quoted_word(payload: str) -> None:
         ]
     )
     for att in (
-        cfg.Attachment("net" + payload, "ctr", "eth0"),
-        cfg.Attachment("net", "ctr" + payload, "eth0"),
-        cfg.Attachment("net", "ctr", "eth0" + payload),
+        Attachment("net" + payload, "ctr", "eth0"),
+        Attachment("net", "ctr" + payload, "eth0"),
+        Attachment("net", "ctr", "eth0" + payload),
     ):
         text = nft_text(config, att, PREV)
         assert_inert(text)
@@ -186,7 +187,7 @@ def test_plain_match_expressions_are_allowed(conditions: list[str]) -> None:
     options = portmap_conf([], conditionsV4=conditions).options
     assert options.conditions_v4.matches
     config = portmap_conf([{"hostPort": 8080, "containerPort": 80}], conditionsV4=conditions)
-    text = nft_text(config, cfg.Attachment("n", "c", "eth0"), PREV)
+    text = nft_text(config, Attachment("n", "c", "eth0"), PREV)
     assert_inert(text)
     assert " ".join(nft.render_conditions(options.conditions_v4)) + " dnat ip to" in text
 
@@ -443,7 +444,7 @@ def test_a_data_dir_someone_else_owns_is_refused_before_any_write(
     from tuning.config import LinkSettings
 
     store = BackupStore(str(planted_dir(tmp_path, TUNING_FILES)))
-    owner = Backup(network="net", container_id="ctr", ifname="eth0")
+    owner = Attachment("net", "ctr", "eth0")
     with pytest.raises(CniError) as e:
         if step == "lock":
             with store.lock():
@@ -466,7 +467,7 @@ def test_a_data_dir_others_can_write_is_refused_and_not_re_moded(tmp_path: Path,
 
     d = planted_dir(tmp_path, TUNING_FILES, owner=0, mode=mode)
     with pytest.raises(CniError) as e:
-        owner = Backup(network="net", container_id="ctr", ifname="eth0")
+        owner = Attachment("net", "ctr", "eth0")
         BackupStore(str(d)).save(owner, Backup(link=LinkSettings(mtu=1500)))
     assert e.value.code == 7 and "writable by" in e.value.msg, e.value
     assert d.stat().st_mode & 0o7777 == mode  # a shared /tmp is not chmod-ed either

@@ -382,7 +382,7 @@ def test_iptables_status_reads_no_table(lab: Lab) -> None:
     tools of the host's variant are there, and neither loads libnftables nor saves a
     table (one iptables-save grows with the attachments)."""
     from common.log import Log
-    from common.state import AttachmentStore
+    from common.store import AttachmentStore
     from portmap import xtables
     from portmap.kernel import NftKernel, XtablesKernel
     from portmap.state import Recorded

@@ -8,6 +8,7 @@ import pytest
 
 from common.config import parse_netconf
 from common.errors import CniError
+from common.identity import Attachment, network_tag
 from portmap import config as cfg
 from portmap import nft
 from portmap.plan import MASQ_ALL, MASQ_NONE, MASQ_SUBNET, Forward, make_plan
@@ -26,7 +27,7 @@ PREV: dict[str, Any] = {
         {"address": "fd00:88::5/64", "interface": 2},
     ],
 }
-ATT = cfg.Attachment("net1", "ctr1", "eth0")
+ATT = Attachment("net1", "ctr1", "eth0")
 
 
 def conf(mappings: list[dict[str, Any]] | None = None, **keys: Any) -> Any:
@@ -134,11 +135,11 @@ def test_iptables_conditions_translate_to_nft() -> None:
 
 
 def test_attachment_tag_is_stable_and_names_the_network() -> None:
-    a = cfg.Attachment("testNetName", "ctr", "eth0")
-    assert a.tag == cfg.Attachment("testNetName", "ctr", "eth0").tag
-    assert a.tag != cfg.Attachment("testNetName", "ctr", "eth1").tag
-    assert a.tag.startswith(cfg.network_tag("testNetName") + "-") and len(a.tag) == 25
-    assert a.comment.startswith(a.tag + " testNetName/ctr/eth0")
+    a = Attachment("testNetName", "ctr", "eth0")
+    assert a.tag == Attachment("testNetName", "ctr", "eth0").tag
+    assert a.tag != Attachment("testNetName", "ctr", "eth1").tag
+    assert a.tag.startswith(network_tag("testNetName") + "-") and len(a.tag) == 25
+    assert cfg.owner_comment(a).startswith(a.tag + " testNetName/ctr/eth0")
 
 
 # ---------------------------------------------------------------------------- plan
@@ -310,8 +311,8 @@ def test_saved_rules_split_into_words_like_iptables_restore_reads_them() -> None
     assert xtables.split_words(go)[5] == 'dnat name: "net" id: "c1"'
     jump = xtables.Jump('-A CNI-HOSTPORT-DNAT -d 192.0.2.1/32 -p udp -m udp --dport 53:55 '
                         '-m comment --comment "portmap t1-x n/c/eth0" -j CNI-DN-1')  # fmt: skip
-    assert (jump.host_ip, jump.protocol, jump.dports, jump.old_owner, jump.target) == (
-        "192.0.2.1", "udp", (53, 55), "t1-x", "CNI-DN-1")  # fmt: skip
+    assert (jump.host_ip, jump.protocol, jump.dports, jump.target) == (
+        "192.0.2.1", "udp", (53, 55), "CNI-DN-1")  # fmt: skip
     assert xtables.parse_go_comment(xtables.split_words(go)[5]) == ("net", "c1")
     assert xtables.parse_go_comment("portmap t1-x n/c/eth0") is None
     assert jump.delete().startswith("-D CNI-HOSTPORT-DNAT -d 192.0.2.1/32")
@@ -384,7 +385,6 @@ def test_gc_picks_only_the_go_jumps_of_its_network_whose_container_is_gone(
     valid attachment stays whatever its comment says. Other networks, other comment
     formats and valid containers stay, and a chain that another rule still jumps to is
     kept."""
-    from common.gc import AttachmentId
     from common.log import Log
     from portmap import state, xtables
     from portmap.kernel import NftKernel, XtablesKernel
@@ -431,7 +431,7 @@ def test_gc_picks_only_the_go_jumps_of_its_network_whose_container_is_gone(
     sd = state.store()
 
     backend = xtables.XtablesBackend(sd, Log(""), Port(NftKernel()))
-    udp = backend.gc("n", {AttachmentId("kept", "net1")}, sd.stamps())
+    udp = backend.gc("n", {Attachment("n", "kept", "net1")}, sd.stamps())
 
     assert udp == [(4, None, 53)]
     deletions = ["-D" + rule[2:] for rule in doomed] + [f"-F {gone}", f"-X {gone}"]

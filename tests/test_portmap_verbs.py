@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 
 from common.digest import sha512_hex
-from portmap import nft, state, xtables
-from portmap.config import Attachment, go_chain_name
+from common.identity import Attachment
+from portmap import nft, xtables
+from portmap.config import go_chain_name, owner_comment
 from portmap.xtables import chain_name
 from tests.harness.fake_kernel import FakeKernel
 from tests.harness.fake_portmap import ROUTE_LOCALNET, FakeNetfilter
@@ -64,7 +65,7 @@ def world(request: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Worl
 
 
 def tag(cid: str) -> str:
-    return Attachment(NET, cid, "eth0").comment
+    return owner_comment(Attachment(NET, cid, "eth0"))
 
 
 def chain(cid: str) -> str:
@@ -315,8 +316,8 @@ def test_a_host_port_held_by_another_attachment_is_a_conflict_and_changes_nothin
         # what was tried failed as a whole (create element of a held claim), twice
         attempt = nft_elements("ctr2", "10.88.0.6")
         failed = f"nft: -> File exists (create element {T} claims4)\n"
-        # the careful path makes sure of the owners set and (re)writes the masq chain
-        careful = [nft.OWNERS_SET, *NFT_MASQ_CHAIN, *attempt]
+        # the careful path (re)writes the masq chain
+        careful = [*NFT_MASQ_CHAIN, *attempt]
         assert world.fake.sent() == sent("nft", attempt) + failed + sent("nft", careful) + failed
     else:
         assert world.fake.sent() == ""  # found in the table read: nothing written
@@ -361,7 +362,7 @@ def test_an_add_whose_masq_chain_is_missing_fails_fast_then_writes_it(world: Wor
     attempt = second_elements("ctr2", "10.88.0.6")
     assert world.fake.sent() == (
         sent("nft", attempt) + f"nft: -> {ENOENT} (add element {T} masq4)\n"
-        + sent("nft", [nft.OWNERS_SET, *NFT_MASQ_CHAIN, *attempt])
+        + sent("nft", [*NFT_MASQ_CHAIN, *attempt])
     )  # fmt: skip
     assert world.fake.nft.table is not None
     assert world.fake.nft.table["chains"]["masq4-p16"] == [
@@ -574,42 +575,3 @@ def test_iptables_chain_is_gos_and_a_second_attachment_gets_its_own(ipt_world: W
     assert f":{second}\n" not in dump and f":{go}\n" in dump and "9090" not in dump
     assert w.run("DEL") == (0, None)
     assert "CNI-DN-" not in w.fake.dump()
-
-
-def old_naming(w: World, cid: str, port: int, record: bool) -> str:
-    """An attachment as our releases before Go's naming left it: chain named from the
-    tag, a per-port jump commented "portmap <tag> ...", the record naming the chain."""
-    att = Attachment(NET, cid, "eth0")
-    old = xtables.old_chain_name(att)
-    nat = w.fake.xtables.table("nft", 4)
-    nat.setdefault("CNI-HOSTPORT-DNAT", [])
-    nat[old] = [f"-A {old} -p udp -m udp --dport {port} -j DNAT --to-destination 10.88.0.9:53"]
-    nat["CNI-HOSTPORT-DNAT"].append(
-        f"-A CNI-HOSTPORT-DNAT -p udp -m udp --dport {port} -m comment "
-        f'--comment "portmap {att.comment}" -j {old}'
-    )
-    if record:
-        entry = state.Recorded(NET, cid, "eth0", backend="iptables", objects=[[4, old, "nft"]])
-        state.store().save(att, entry)
-    return old
-
-
-def test_iptables_del_and_gc_remove_what_the_former_naming_made(ipt_world: World) -> None:
-    """An upgrade with pods running: DEL of an attachment added under the former naming
-    removes its chain (named in its record) and jump; GC removes a stale one, with or
-    without its record."""
-    w = ipt_world
-    old1 = old_naming(w, "ctr1", 5301, record=True)
-    old2 = old_naming(w, "gone", 5302, record=True)
-    old3 = old_naming(w, "lost", 5303, record=False)
-    kept = old_naming(w, "other", 5304, record=True)
-
-    assert w.run("DEL") == (0, None)
-    assert old1 not in w.fake.dump() and old2 in w.fake.dump()
-    gc = {"cniVersion": "1.1.0", "name": NET, "type": "portmap", "backend": "iptables",
-          "cni.dev/valid-attachments": [{"containerID": "other", "ifname": "eth0"}]}  # fmt: skip
-    assert w.kernel.run("portmap", "GC", gc, netns="", kernel=w.fake) == (0, None)
-
-    dump = w.fake.dump()
-    assert old2 not in dump and old3 not in dump and kept in dump and "5304" in dump
-    assert w.records() == [f"{Attachment(NET, 'other', 'eth0').tag}.json"]

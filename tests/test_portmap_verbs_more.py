@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
+from common.identity import Attachment
 from portmap import nft
-from portmap.config import Attachment
 from tests.test_portmap_verbs import (
     BACKENDS,
     LOCALNET_ON,

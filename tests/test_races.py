@@ -245,7 +245,7 @@ def finish_both(
 # ---------------------------------------------------------------------------- two DELs at once
 
 # (plugin, where DEL A stops, whether DEL B then waits for A's lock)
-READ = "common.state:StateDir.read_bytes"
+READ = "common.statedir:StateDir.read_bytes"
 TWO_DELS = [
     pytest.param("portmap", f"{READ}@1+", False, id="portmap-unlocked-read"),
     pytest.param("portmap", f"{READ}@2+", True, id="portmap-locked-read"),
@@ -368,8 +368,8 @@ def test_check_after_the_device_went_is_102(lab: Lab, plugin: str) -> None:
 
 # Where the ADD stops, and whether GC then waits for the ADD's lock.
 ADD_STOPS = [
-    pytest.param("common.state:flock_with_deadline@1", False, id="before-its-lock"),
-    pytest.param("common.state:StateDir.write_json@1+", True, id="holding-its-lock"),
+    pytest.param("common.statedir:flock_with_deadline@1", False, id="before-its-lock"),
+    pytest.param("common.statedir:StateDir.write_json@1+", True, id="holding-its-lock"),
 ]
 
 

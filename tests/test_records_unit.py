@@ -1,14 +1,14 @@
-"""Record codecs (common.state): one declaration per record type, decoded the same way
+"""Record codecs (common.records): one declaration per record type, decoded the same way
 for all of them, and the files already on nodes still read."""
 
 from __future__ import annotations
 
 import pytest
 
+from common.identity import Attachment
 from common.jsonobj import integer, non_empty, text
-from common.state import Flat, Key, Record, tagged_name
+from common.records import Flat, Key, Record
 from common.values import Value
-from portmap.config import Attachment
 from portmap.state import Recorded
 
 
@@ -62,9 +62,10 @@ def test_a_wrong_value_makes_a_strict_record_unusable_and_a_tolerant_one_drops_i
 
 
 def test_one_naming_scheme_tells_a_networks_files_by_their_names() -> None:
-    name = tagged_name("net", "c", "eth0")
+    name = Record.file_name(Attachment("net", "c", "eth0"))
     assert name == f"{Attachment('net', 'c', 'eth0').tag}.json"  # portmap's files keep theirs
-    assert name.startswith(tagged_name("net", "other", "eth1").split("-")[0] + "-")
+    other = Record.file_name(Attachment("net", "other", "eth1"))
+    assert name.startswith(other.split("-")[0] + "-")
 
 
 def test_portmap_records_on_nodes_read_as_before() -> None:

@@ -12,7 +12,7 @@ import pytest
 from common.config import decode, parse_netconf
 from common.env import Invocation
 from common.errors import INVALID_CONFIG, CniError
-from common.gc import AttachmentId
+from common.identity import Attachment
 from common.result import Result
 from tuning import config
 from tuning.apply import check_link_fits, resolve_sysctl
@@ -490,25 +490,22 @@ def test_backup_reads_go_files_and_round_trips() -> None:
     assert Backup.from_json({"sysctls": 5}) == Backup()  # not a list: dropped, DEL goes on
 
 
-def test_backup_keeps_gos_keys_at_the_top_and_reads_the_files_on_nodes() -> None:
+def test_backup_keeps_gos_keys_at_the_top() -> None:
     backup = Backup("n", "c", "eth0", True, LinkSettings(mac=MAC_CONF, tx_qlen=5),
                     (("net/a/b", "1"),))  # fmt: skip
     assert backup.to_json() == {
         "mac": MAC_CONF, "txQLen": 5, "sysctls": [{"path": "net/a/b", "value": "1"}],
         "network": "n", "containerID": "c", "ifname": "eth0", "committed": True,
     }  # fmt: skip
-    # as the previous version wrote them: the owner's ifname spelled ifName, no committed
-    on_node = {"mtu": 1500, "network": "n", "containerID": "c", "ifName": "eth0"}
-    assert Backup.from_json(on_node) == Backup("n", "c", "eth0", link=LinkSettings(mtu=1500))
 
 
 def test_gc_picks_only_this_networks_stale_files(tmp_path: Path) -> None:
     store = BackupStore(str(tmp_path))
     for cid, net in (("alive", "n1"), ("dead", "n1"), ("other", "n2")):
         backup = Backup(net, cid, "eth0", link=LinkSettings(mtu=1500))
-        store.save(backup, backup)
+        store.save(backup.attachment, backup)
     (tmp_path / "gofile_eth0.json").write_text('{"mtu": 1500}')
     before = store.stamps()
-    stale, in_flight = store.sweep("n1", {AttachmentId("alive", "eth0")}, before)
-    assert [store.file_of(b) for b in stale] == ["dead_eth0.json"] and in_flight == []
+    stale, in_flight = store.sweep("n1", {Attachment("n1", "alive", "eth0")}, before)
+    assert [store.file_of(b.attachment) for b in stale] == ["dead_eth0.json"] and in_flight == []
     assert oct((tmp_path / "dead_eth0.json").stat().st_mode & 0o777) == "0o600"

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from common.errors import INVALID_CONFIG
 from common.jsonobj import listed
-from common.state import AttachmentStore, Flat, Key, Record, safe_file_name
+from common.records import Flat, Key, Record
+from common.safepath import safe_file_name
+from common.store import AttachmentStore
 from common.values import field
 from tuning.config import LINK_OPTIONS, LinkSettings
 
@@ -16,7 +18,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any
 
-    from common.state import Owner
+    from common.identity import Attachment
     from tuning.plan import LinkState, Plan
 
 LOCK_NAME = "tuning.lock"
@@ -54,20 +56,13 @@ class Backup(Record):
         "sysctls": Key("sysctls", _sysctls, _sysctls_json),
     }
 
-    @classmethod
-    def from_json(cls, raw: Any) -> Backup | None:
-        # Backups written before the owner keys were declared once spell it "ifName".
-        if isinstance(raw, dict) and "ifname" not in raw and "ifName" in raw:
-            raw = {**raw, "ifname": raw["ifName"]}
-        backup: Backup | None = super().from_json(raw)
-        return backup
-
     @staticmethod
-    def file_name(network: str, container_id: str, ifname: str) -> str:
+    def file_name(attachment: Attachment) -> str:
         """Go's name (the network is not part of it), unless it would not fit in a directory
         entry (MAX_FILE_NAME, leaving room for the suffix of an atomic write): runtimes
         may send container ids of up to 1024 characters, which then get a hashed name.
         Go's tuning cannot write such a file at all, so no compatibility is lost."""
+        container_id, ifname = attachment.container_id, attachment.ifname
         name = safe_file_name(container_id, ifname) + ".json"
         if len(name.encode()) <= MAX_FILE_NAME:
             return name
@@ -100,7 +95,7 @@ def originals(plan: Plan, link: LinkState | None, sysctls: Mapping[str, str | No
     return Backup(link=LinkSettings(**changed), sysctls=saved)
 
 
-class BackupStore(AttachmentStore):
+class BackupStore(AttachmentStore[Backup]):
     """The dataDir comes from the config: never re-moded (chmod 0700 on an existing /tmp or
     /run would break the node), and a directory that is not safe to write is error 7.
 
@@ -114,10 +109,3 @@ class BackupStore(AttachmentStore):
 
     def __init__(self, data_dir: str) -> None:
         super().__init__(data_dir, Backup)
-
-    def load(self, owner: Owner) -> Backup | None:
-        # DEL reads before it locks: the dataDir is checked here too, so that a planted
-        # file or symlink is refused as what it is.
-        self.check()
-        backup: Backup | None = super().load(owner)
-        return backup

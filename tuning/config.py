@@ -230,19 +230,18 @@ def _saved_mac(value: Any) -> str:
         raise ValueError(e.msg) from None
 
 
-class LinkOption:
+class LinkOption(Value):
     """One link attribute tuning sets: its LinkSettings field; its key, in the config and
     in the backup file (Go's spelling of both); its name in CHECK's findings; how the
     config's value is read and checked (error 7); how a backup's value is checked (a
     ValueError drops it: see tuning.plan.Backup). How the kernel carries it is the kernel
     port's (tuning.apply); the recipe for adding one: docs/architecture.md."""
 
-    __slots__ = ("decode", "field", "key", "label", "parse")
-
-    def __init__(
-        self, field: str, key: str, label: str, parse: Parser, decode: Callable[[Any], Any]
-    ) -> None:
-        self.field, self.key, self.label, self.parse, self.decode = field, key, label, parse, decode
+    field: str
+    key: str
+    label: str
+    parse: Parser
+    decode: Callable[[Any], Any]
 
 
 LINK_OPTIONS = (

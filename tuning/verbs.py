@@ -31,7 +31,7 @@ def _kernel(request: Request) -> apply.Kernel:
     return kernel
 
 
-def _engine(request: Request, store: BackupStore) -> Engine:
+def _engine(request: Request, store: BackupStore) -> Engine[Backup]:
     from common.attachment import Engine
 
     return Engine(store, request.log)
@@ -52,7 +52,7 @@ def add(request: Request) -> Result:
     if not plan.link.empty:
         apply.preload_links()
     with (
-        _engine(request, store).add(request) as change,
+        _engine(request, store).add(request.attachment) as change,
         _kernel(request).netns(request.netns) as ns,
     ):
         before = apply.observe(plan, ns)
@@ -65,7 +65,7 @@ def add(request: Request) -> Result:
         apply.apply(plan, before, ns)
     request.log.info(
         f"set on {request.ifname}: {describe(plan)}; "
-        f"originals kept in {store.path(store.file_of(request))}"
+        f"originals kept in {store.path(store.file_of(request.attachment))}"
     )
     return report(request.conf.prev_result, plan)
 
@@ -90,12 +90,12 @@ def delete(request: Request) -> None:
 
     store = BackupStore(config.parse_data_dir(request.conf, request.environ))
     ifname = request.ifname
-    if not store.has(request):
+    if not store.has(request.attachment):
         return
     from common.netns import entered_if_present
     from tuning import apply
 
-    peek = store.load(request)  # read again under the lock; this only decides the import
+    peek = store.load(request.attachment)  # read again under the lock; this only decides the import
     if peek is not None and not peek.link.empty:
         apply.preload_links()
     kernel = _kernel(request)
@@ -116,10 +116,10 @@ def delete(request: Request) -> None:
                 "; ".join(failures),
             )
         request.log.info(
-            f"restored originals of {ifname} from {store.path(store.file_of(request))}"
+            f"restored originals of {ifname} from {store.path(store.file_of(request.attachment))}"
         )
 
-    _engine(request, store).delete(request, teardown)
+    _engine(request, store).delete(request.attachment, teardown)
 
 
 def check(request: Request) -> None:
@@ -153,7 +153,7 @@ def gc(request: Request) -> None:
     from tuning.backup import BackupStore
 
     data_dir = config.parse_data_dir(request.conf, request.environ)
-    valid = valid_attachments(request.conf.body)
+    valid = valid_attachments(request.network, request.conf.body)
     if not os.path.isdir(data_dir):
         return
     with _engine(request, BackupStore(data_dir)).collecting(request.network, valid):

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from portmap.config import Attachment
+from common.identity import Attachment
 from portmap.xtables import chain_name
 from tests.harness.fake_kernel import FakeKernel
 from tests.harness.fake_portmap import FakeNetfilter

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from portmap import state, xtables
-from portmap.config import Attachment, go_chain_name, network_tag
+from common.identity import Attachment, network_tag
+from portmap.config import go_chain_name
 from tests.harness.fake_kernel import FakeKernel
 from tests.harness.fake_portmap import FakeNetfilter
 from tests.harness.names import colliding_names
@@ -107,45 +107,6 @@ def test_gc_removes_its_own_networks_mappings_that_lost_their_record(world: Worl
     world.gc(ATTACKER)
 
     assert world.fake.dump() == alone
-
-
-def old_naming(w: World, network: str, cid: str, port: int, ip: str) -> str:
-    """An attachment as the tag-based iptables naming left it: chain named from the tag,
-    its jump commented "portmap <tag> <network/container/ifname>"."""
-    att = Attachment(network, cid, "eth0")
-    old = xtables.old_chain_name(att)
-    nat = w.fake.xtables.table("nft", 4)
-    nat.setdefault("CNI-HOSTPORT-DNAT", [])
-    nat[old] = [f"-A {old} -p tcp -m tcp --dport {port} -j DNAT --to-destination {ip}:80"]
-    nat["CNI-HOSTPORT-DNAT"].append(
-        f"-A CNI-HOSTPORT-DNAT -p tcp -m tcp --dport {port} -m comment "
-        f'--comment "portmap {att.comment}" -j {old}'
-    )
-    entry = state.Recorded(network, cid, "eth0", backend="iptables", objects=[[4, old, "nft"]])
-    state.store().save(att, entry)
-    return old
-
-
-@pytest.mark.parametrize("victim_record", ["kept", "lost"])
-def test_iptables_gc_of_the_former_naming_leaves_another_network_whose_name_hashes_alike(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, victim_record: str
-) -> None:
-    monkeypatch.setenv("CNI_META_STATE_ROOT", str(tmp_path / "state"))
-    monkeypatch.setenv("CNI_META_LOG_FILE", str(tmp_path / "plugins.log"))
-    w = World(tmp_path, "iptables")
-    victim = old_naming(w, VICTIM, "victim", 8080, "10.88.0.5")
-    if victim_record == "lost":
-        w.record(VICTIM, "victim").unlink()
-    alone = w.fake.dump()
-    attacker = old_naming(w, ATTACKER, "attacker", 9090, "10.88.0.6")
-    lost = old_naming(w, ATTACKER, "lost", 9091, "10.88.0.7")
-    w.record(ATTACKER, "lost").unlink()
-
-    w.gc(ATTACKER)
-
-    dump = w.fake.dump()
-    assert victim in dump and attacker not in dump and lost not in dump
-    assert dump == alone
 
 
 # ---------------------------------------------------------------------------- DEL, finding 4

@@ -4,7 +4,7 @@
 
 runs PLUGIN's executable code (its __main__.main, in this process) after wrapping the
 function MODULE:ATTR (e.g. `portmap.libnftables:Context.run`,
-`common.state:StateDir.write_json`) so that its N-th call kills the process with SIGKILL
+`common.statedir:StateDir.write_json`) so that its N-th call kills the process with SIGKILL
 right before it runs, or right after it returned with a trailing `+`. Random kills
 (tests/harness/crash.py) rarely land in the short windows between two kernel changes;
 these land exactly there, at every step.
@@ -34,12 +34,11 @@ from typing import Any, NoReturn
 
 # The steps worth dying at, per plugin: every call that changes the kernel or a state
 # file (and the libnftables calls, reads included: portmap reads between its writes).
-# os.link and os.rename are where a state file write becomes visible: dying just before
-# them leaves a written but unnamed, or a written but not yet renamed, file.
+# os.rename is where a state file write becomes visible: dying just before it leaves a
+# written but not yet renamed file.
 STATE_STEPS = (
-    "common.state:StateDir.write_json",
-    "common.state:StateDir.remove",
-    "os:link",
+    "common.statedir:StateDir.write_json",
+    "common.statedir:StateDir.remove",
     "os:rename",
 )
 WATCHED = {

@@ -32,7 +32,7 @@ Snapshot = dict[str, str]
 
 
 def is_lock_file(name: str) -> bool:
-    """What a state dir may keep for good (see common/state.py StateDir.lock): an empty
+    """What a state dir may keep for good (see common/statedir.py StateDir.lock): an empty
     lock file per kind of lock (`lock`, `nftables.lock`, ...), never per attachment. Every
     other file is an attachment's and must be gone after its DEL."""
     return name == "lock" or name.endswith(".lock")

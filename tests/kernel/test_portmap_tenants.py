@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from common.digest import sha512_hex
-from portmap.config import Attachment
+from common.identity import Attachment
 from portmap.nft import owner_element
 from tests.conftest import Lab
 from tests.harness.names import colliding_names

@@ -14,30 +14,29 @@ import textwrap
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from common.attachment import Engine
 from common.errors import TRY_AGAIN_LATER, CniError
-from common.gc import AttachmentId
+from common.identity import Attachment
 from common.log import Log
-from common.state import AttachmentStore, Record
+from common.records import Record
+from common.store import AttachmentStore
 
-A = AttachmentId("ctr-a", "eth0")
-B = AttachmentId("ctr-b", "eth0")
-
-
-class Owner:
-    def __init__(self, container_id: str, ifname: str = "eth0", network: str = "net") -> None:
-        self.network, self.container_id, self.ifname = network, container_id, ifname
+A = Attachment("net", "ctr-a", "eth0")
+B = Attachment("net", "ctr-b", "eth0")
 
 
-def key(owner: Any) -> str:
+def at(container_id: str, ifname: str = "eth0", network: str = "net") -> Attachment:
+    return Attachment(network, container_id, ifname)
+
+
+def key(owner: Attachment) -> str:
     return f"{owner.network}/{owner.container_id}"
 
 
-def engine(state: Path, tmp_path: Path, *, per_attachment: bool = True) -> Engine:
+def engine(state: Path, tmp_path: Path, *, per_attachment: bool = True) -> Engine[Record]:
     store = AttachmentStore(str(state), Record)
     return Engine(store, Log(str(tmp_path / "log")), each=key if per_attachment else None)
 
@@ -45,14 +44,13 @@ def engine(state: Path, tmp_path: Path, *, per_attachment: bool = True) -> Engin
 HOLDER = textwrap.dedent("""
     import sys
     from common.attachment import Engine
-    from common.state import AttachmentStore, Record
-
-    class Owner:
-        network, container_id, ifname = "net", sys.argv[2], "eth0"
+    from common.identity import Attachment
+    from common.records import Record
+    from common.store import AttachmentStore
 
     store = AttachmentStore(sys.argv[1], Record)
     each = (lambda o: f"{o.network}/{o.container_id}") if sys.argv[3] == "each" else None
-    with Engine(store, None, each=each).add(Owner()):
+    with Engine(store, None, each=each).add(Attachment("net", sys.argv[2], "eth0")):
         print("held", flush=True)
         sys.stdin.read()  # until the test closes it
 """)
@@ -83,20 +81,20 @@ def test_another_attachments_add_and_del_go_ahead(tmp_path: Path, short_deadline
     state = tmp_path / "state"
     eng = engine(state, tmp_path)
     with held_by_another_process(state, "ctr-a", "each"):
-        with eng.add(Owner("ctr-b")) as change:
+        with eng.add(at("ctr-b")) as change:
             change.intend(Record(network="net", container_id="ctr-b", ifname="eth0"))
-        assert eng.delete(Owner("ctr-b"), lambda record: record.container_id) == "ctr-b"
+        assert eng.delete(at("ctr-b"), lambda record: record and record.container_id) == "ctr-b"
 
 
 def test_the_same_attachment_and_gc_wait(tmp_path: Path, short_deadline: None) -> None:
     state = tmp_path / "state"
     eng = engine(state, tmp_path)
     with held_by_another_process(state, "ctr-a", "each"):
-        with pytest.raises(CniError) as caught, eng.add(Owner("ctr-a")):
+        with pytest.raises(CniError) as caught, eng.add(at("ctr-a")):
             pass
         assert caught.value.code == TRY_AGAIN_LATER
         with pytest.raises(CniError) as caught:
-            eng.delete(Owner("ctr-a"), lambda record: None)
+            eng.delete(at("ctr-a"), lambda record: None)
         assert caught.value.code == TRY_AGAIN_LATER
         with pytest.raises(CniError) as caught, eng.collecting("net", set()):
             pass
@@ -111,7 +109,7 @@ def test_without_each_every_call_waits_for_the_one_lock(
     state = tmp_path / "state"
     eng = engine(state, tmp_path, per_attachment=False)
     with held_by_another_process(state, "ctr-a", "store"):
-        with pytest.raises(CniError) as caught, eng.add(Owner("ctr-b")):
+        with pytest.raises(CniError) as caught, eng.add(at("ctr-b")):
             pass
         assert caught.value.code == TRY_AGAIN_LATER
 
@@ -120,7 +118,7 @@ def test_what_stays_is_one_lock_file_per_kind(tmp_path: Path) -> None:
     state = tmp_path / "state"
     eng = engine(state, tmp_path)
     for cid in ("ctr-a", "ctr-b", "ctr-c"):
-        with eng.add(Owner(cid)) as change:
+        with eng.add(at(cid)) as change:
             change.intend(Record(network="net", container_id=cid, ifname="eth0"))
-        eng.delete(Owner(cid), lambda record: None)
+        eng.delete(at(cid), lambda record: None)
     assert sorted(p.name for p in state.iterdir()) == ["attachments.lock", "lock"]

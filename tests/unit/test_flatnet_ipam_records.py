@@ -1,6 +1,6 @@
 """flatnet-ipam's index record (flatnet_ipam.store.Lease): its own fast decoder gives the
-answers of the generic one of common.state (which every other record type uses), and its
-file name is common.state's tagged name."""
+answers of the generic one of common.records (which every other record type uses), and its
+file name is the one every record type takes from the attachment's tag."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from common import state
+from common.identity import Attachment
+from common.records import Record
 from flatnet_ipam.store import Lease
 
 GOOD: dict[str, Any] = {
@@ -39,7 +40,7 @@ CASES = [
 
 def generic(raw: Any) -> tuple[str, Any]:
     try:
-        return "ok", state.Record.from_json.__func__(Lease, raw)  # type: ignore[attr-defined]
+        return "ok", Record.from_json.__func__(Lease, raw)  # type: ignore[attr-defined]
     except ValueError:
         return "refused", None
 
@@ -63,4 +64,5 @@ def test_a_record_survives_its_round_trip() -> None:
 
 @pytest.mark.parametrize("owner", [("n1", "c1", "eth0"), ("n2", "c1", "eth0"), ("n1", "x", "y")])
 def test_its_file_name_is_the_stores_tagged_name(owner: tuple[str, str, str]) -> None:
-    assert Lease.file_name(*owner) == state.tagged_name(*owner)
+    attachment = Attachment(*owner)
+    assert Lease.file_name(attachment) == Record.file_name(attachment) == attachment.tag + ".json"
