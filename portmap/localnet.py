@@ -27,9 +27,10 @@ made under the directory's lock, whichever backend serves the call.
 from __future__ import annotations
 
 import os
+from contextlib import suppress
 
 from common.env import plugin_dir
-from common.statedir import StateDir
+from common.statedir import TMP_SUFFIX, StateDir
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -99,6 +100,19 @@ class _Directory(StateDir):
         fd = self._open()
         return [] if fd is None else os.listdir(fd)
 
+    def leftovers(self, tag: str = "") -> list[str]:
+        """The temporary files of writers killed before their rename (write_json), of
+        `tag`'s entries ("": anybody's). Writers hold the directory's lock: under it, a
+        temporary file is nobody's work in progress."""
+        end = f"@{tag}{TMP_SUFFIX}" if tag else TMP_SUFFIX
+        return [name for name in self.listing() if name.endswith(end)]
+
+    def drop_leftovers(self, tag: str = "") -> None:
+        fd = self._open()
+        for name in self.leftovers(tag):
+            with suppress(FileNotFoundError):
+                os.unlink(name, dir_fd=fd)
+
 
 def tag_of(record: str) -> str:
     """The tag of a record's file name (`<network tag>-<attachment tag>.json`)."""
@@ -148,9 +162,10 @@ class Registry:
     def release(self, tag: str) -> None:
         """`tag`'s attachment needs route_localnet nowhere: each interface it was the
         last to need it on gets back what portmap found there."""
-        if not any(tag in tags for tags in self.users().values()):
+        if not any(tag in tags for tags in self.users().values()) and not self.dir.leftovers(tag):
             return  # the usual DEL: no lock
         with self.dir.lock(LOCK):
+            self.dir.drop_leftovers(tag)  # an ADD killed before its entry was whole
             for ifname, records in self.users().items():
                 if tag in records:
                     self._drop(ifname, tag)
@@ -160,9 +175,11 @@ class Registry:
         hash, and the entry naming `network` itself) whose record is no longer in
         `store`: a DEL that was killed before it got here. The records are listed under
         the lock: an ADD writes its record before it claims."""
-        if not any(r.startswith(prefix) for records in self.users().values() for r in records):
+        users = self.users().values()
+        if not any(r.startswith(prefix) for rs in users for r in rs) and not self.dir.leftovers():
             return
         with self.dir.lock(LOCK):
+            self.dir.drop_leftovers()
             alive = {tag_of(name) for name in store.names()}
             for ifname, records in self.users().items():
                 for record in sorted(records):
