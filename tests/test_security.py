@@ -410,7 +410,9 @@ def test_long_valid_container_ids_work_and_stay_inside_the_state_root(
     files = files_below(attached.lab.state_root / plugin)
     assert any(name.endswith(".json") for name in files), files
     for name in files:
-        assert len(name.encode()) <= 255 and "/" not in name, name
+        # portmap's one subdirectory: who needs route_localnet (portmap/localnet.py)
+        inside = name.removeprefix("route_localnet/") if plugin == "portmap" else name
+        assert len(inside.encode()) <= 255 and "/" not in inside, name
     if plugin == "bandwidth":
         ifb = fuzz_ifb_alias(attached)
         assert ifb.startswith("cni-meta-bandwidth fznet/") and len(ifb.encode()) <= 254
