@@ -53,7 +53,7 @@ MACHINE_STATE_DIRS = ("/run/cni", "/var/lib/cni")
 
 # Named namespaces of tests (cmpt-*: each process judges its own, see
 # nslib.leftover_namespaces; cnit-*: cnichain's fixtures in the pytest sessions that
-# tests/test_chain_pytest_plugin.py and tests/test_examples_wheel.py start, which check
+# tests/kernel/test_chain_pytest_plugin.py and tests/kernel/test_examples_wheel.py start, which check
 # their own) and of benchmarks (cmpb-*), which may run beside a test session on a
 # developer's machine.
 OWN_NETNS_PREFIXES = (nslib.PREFIX + "-", api_netns.DEFAULT_PREFIX + "-", "cmpb-")
@@ -98,7 +98,7 @@ def host_untouched() -> Iterator[None]:
 
 @pytest.fixture
 def cni_netns_prefix() -> str:
-    """cnichain's fixtures (tests/test_chain.py) name their namespaces like the harness:
+    """cnichain's fixtures (tests/kernel/test_chain.py) name their namespaces like the harness:
     the session's checks (host_untouched) know cmpt-* as tests' own."""
     return nslib.PREFIX
 

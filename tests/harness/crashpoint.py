@@ -15,7 +15,7 @@ JSON at exit: how many crash points a clean call has.
 
 With CRASHPOINT_ACTION=stop the process SIGSTOPs itself there instead: it keeps every
 lock and socket it holds until the test sends SIGCONT, which makes interleavings of two
-plugin calls deterministic (tests/test_races.py). The point may then be any function,
+plugin calls deterministic (tests/kernel/test_races.py). The point may then be any function,
 watched or not.
 """
 

@@ -21,7 +21,7 @@
 
 Tests compare exact text: `dump()` of the model and `sent()`, the changes requested
 since the last call, in order (nft's reads too with `sent(reads=True)`). The root tests
-in tests/test_portmap.py prove that the real kernel agrees.
+in tests/kernel/test_portmap.py prove that the real kernel agrees.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Each test runs ADD/CHECK/DEL/GC through common.skel as the executable would, once per
 backend, and compares exact text: the fake's model of the nft table or the nat tables,
-and the changes that were sent. tests/test_portmap.py proves the same on the real kernel.
+and the changes that were sent. tests/kernel/test_portmap.py proves the same on the real kernel.
 """
 
 from __future__ import annotations

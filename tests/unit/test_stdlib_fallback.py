@@ -24,7 +24,7 @@ from tests.conftest import Lab
 from tests.harness.plugins import GO_BIN, load_conflist, our, run_plugin
 from tests.harness.traffic import echo_server, request
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 ALL_VERSIONS = ["0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"]
 PRIVATE = ("_json", "_sha2", "_sha256", "_sha512")
 BLOCK = f"import sys\nsys.modules.update(dict.fromkeys({PRIVATE!r}))\n"

@@ -407,7 +407,7 @@ def test_a_plugin_exits_once_its_answer_is_flushed_without_teardown(
     import sysconfig
 
     mark = tmp_path / "teardown-ran"
-    repo = str(Path(__file__).resolve().parents[1])
+    repo = str(Path(__file__).resolve().parents[2])
     paths = [repo, sysconfig.get_paths()["purelib"]]
     probe = EXIT_PROBE.format(paths=paths, mark=str(mark), plugin="tuning")
     env = {"CNI_COMMAND": command, "CNI_CONTAINERID": "c1", "CNI_IFNAME": "eth0",

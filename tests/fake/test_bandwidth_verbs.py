@@ -2,7 +2,7 @@
 
 Each test runs ADD/DEL/CHECK/GC/STATUS through common.skel as the executable would and
 compares exact text: the fake's model of links, qdiscs and filters, and the changes that
-were sent. tests/test_bandwidth_netns.py proves the same on the real kernel.
+were sent. tests/kernel/test_bandwidth.py proves the same on the real kernel.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Each test runs ADD/DEL/CHECK/GC/STATUS through common.skel as the executable would and
 compares exact text: the fake's model of the container's links and sysctls, and the
-changes that were sent. tests/test_tuning.py proves the same on the real kernel.
+changes that were sent. tests/kernel/test_tuning.py proves the same on the real kernel.
 """
 
 from __future__ import annotations

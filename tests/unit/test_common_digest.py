@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from common.digest import sha256_hex, sha512_hex
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @given(st.binary(max_size=2048))

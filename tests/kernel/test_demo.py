@@ -5,17 +5,16 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from tests.harness.plugins import OUR_BIN
+from tests.harness.plugins import OUR_BIN, REPO
 
 pytestmark = pytest.mark.root
 
 
 def test_demo_runs_green_and_leaves_nothing() -> None:
-    demo = Path(__file__).with_name("demo.py")
+    demo = REPO / "tests" / "demo.py"
     env = {**os.environ, "PATH": f"{OUR_BIN}:{os.environ.get('PATH', '')}"}
     proc = subprocess.run(
         [sys.executable, str(demo)], env=env, capture_output=True, text=True, check=False

@@ -30,10 +30,10 @@ from tests.conftest import Lab
 from tests.harness import netns as nslib
 from tests.harness.netns import Netns
 from tests.harness.plugins import OUR_BIN, run_plugin
-from tests.portmap_world import HOST4, TABLE, add_ext, conntrack_udp, udp_flow
-from tests.test_bandwidth_netns import Attachment, attach, links, qdiscs
-from tests.test_tuning import MAC, NS_WIDE, PER_IF, TUNING, link, make_veth, sysctl
-from tests.test_tuning import config as tuning_config
+from tests.harness.portmap_world import HOST4, TABLE, add_ext, conntrack_udp, udp_flow
+from tests.kernel.test_bandwidth import Attachment, attach, links, qdiscs
+from tests.kernel.test_tuning import MAC, NS_WIDE, PER_IF, TUNING, link, make_veth, sysctl
+from tests.kernel.test_tuning import config as tuning_config
 
 pytestmark = pytest.mark.root
 

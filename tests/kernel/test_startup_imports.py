@@ -31,7 +31,7 @@ import pytest
 
 from tests.conftest import Lab
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 # Never on a plugin's call path: each costs milliseconds to import or drags in a

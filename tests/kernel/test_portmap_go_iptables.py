@@ -19,8 +19,8 @@ import pytest
 from common.digest import sha512_hex
 from tests.conftest import Lab
 from tests.harness.plugins import GO_BIN, our, run_plugin
+from tests.harness.portmap_world import HOST4, add_ext, conflist
 from tests.harness.traffic import echo_server, reaches
-from tests.portmap_world import HOST4, add_ext, conflist
 
 pytestmark = pytest.mark.root
 

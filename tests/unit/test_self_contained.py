@@ -12,7 +12,7 @@ import pytest
 
 from tests.harness import cnitool
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 # An absolute path of this project's development machines (under /work), or the "shared"
 # directory beside their checkouts: neither exists in a user's clone. Spelled in pieces so

@@ -14,7 +14,7 @@ import pytest
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:

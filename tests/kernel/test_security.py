@@ -40,7 +40,7 @@ import pytest
 from tests.conftest import Lab
 from tests.harness import fuzz
 from tests.harness.plugins import REPO, PluginRun, our, run_plugin
-from tests.portmap_world import nft_elements
+from tests.harness.portmap_world import nft_elements
 
 PLUGINS = ("portmap", "bandwidth", "tuning")
 ERROR_LINE_LIMIT = 2000  # a clear error is one short line, not a dump of the input

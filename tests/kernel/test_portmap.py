@@ -21,8 +21,7 @@ import pytest
 
 from tests.conftest import Lab
 from tests.harness.plugins import our, run_plugin
-from tests.harness.traffic import echo_server, reaches
-from tests.portmap_world import (
+from tests.harness.portmap_world import (
     EXT4,
     EXT6,
     HOST4,
@@ -35,6 +34,7 @@ from tests.portmap_world import (
     nft_elements,
     udp_flow,
 )
+from tests.harness.traffic import echo_server, reaches
 
 pytestmark = pytest.mark.root
 
@@ -166,7 +166,7 @@ def test_conditions_admit_and_exclude_per_attachment(
 
 
 def make_world_conflist_without(lab: Lab, w: Any, backend: str) -> Any:
-    from tests.portmap_world import World, conflist
+    from tests.harness.portmap_world import World, conflist
 
     cond = ["ip saddr 10.0.0.0/8"] if backend == "nftables" else ["-s", "10.0.0.0/8"]
     return World(lab, w.ext, conflist(lab, "portmap-ipv4.conflist", backend=backend,

@@ -1,11 +1,11 @@
 """More of portmap's verbs against the fake netfilter, without root: host addresses of both
 families, a dual-stack container, conditions, CHECK of objects another attachment owns, and
-GC of a mix of valid, stale and foreign attachments (tests/test_portmap_verbs.py has the
+GC of a mix of valid, stale and foreign attachments (tests/fake/test_portmap_verbs.py has the
 basics and the helpers).
 
 The expected text is what the real kernel holds for the same configs (`nft list table`,
 `iptables-save -t nat` and `ip6tables-save -t nat` after the same ADDs, in a scratch netns);
-tests/test_portmap.py proves the same mappings with traffic.
+tests/kernel/test_portmap.py proves the same mappings with traffic.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 
 from portmap import nft
 from portmap.config import Attachment
-from tests.test_portmap_verbs import (
+from tests.fake.test_portmap_verbs import (
     BACKENDS,
     LOCALNET_ON,
     MASQ,

@@ -22,8 +22,8 @@ from common.digest import sha512_hex
 from tests.conftest import Lab
 from tests.harness.netns import Netns
 from tests.harness.plugins import GO_BIN, Chain, our, run_plugin
+from tests.harness.portmap_world import HOST4, add_ext, conntrack_udp, udp_flow
 from tests.harness.traffic import echo_server, reaches
-from tests.portmap_world import HOST4, add_ext, conntrack_udp, udp_flow
 
 pytestmark = pytest.mark.root
 
