@@ -17,7 +17,7 @@ import pytest
 
 from portmap import nft
 from portmap.config import Attachment
-from tests.fake.test_portmap_verbs import (
+from tests.harness.fake_portmap_world import (
     BACKENDS,
     LOCALNET_ON,
     MASQ,

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import Lab
+from tests.harness.lab import Lab
 from tests.harness.netns import Netns
 from tests.harness.plugins import load_conflist
 

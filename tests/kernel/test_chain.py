@@ -10,7 +10,7 @@ import pytest
 
 from cnichain import Network, PluginError
 from cnichain.pytest_plugin import ChainLab
-from tests.conftest import Lab
+from tests.harness.lab import Lab
 from tests.harness.netns import Netns
 from tests.harness.plugins import CONFLISTS, GO_BIN, OUR_BIN, load_conflist
 from tests.harness.traffic import echo_server, request

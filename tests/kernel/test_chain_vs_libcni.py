@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Lab
 from tests.harness import cnitool
+from tests.harness.lab import Lab
 
 pytestmark = pytest.mark.root
 

@@ -26,10 +26,10 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Lab
 from tests.harness import chained as ch
 from tests.harness import snapshot as snap
 from tests.harness.fleet import BRIDGE, GATEWAY, Fleet, Member, fleet
+from tests.harness.lab import Lab
 from tests.harness.netns import Netns
 from tests.harness.plugins import PluginRun
 from tests.harness.traffic import echo_server, reaches

@@ -42,12 +42,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Lab, host_snapshot
 from tests.harness import chained as ch
 from tests.harness import netns as nslib
 from tests.harness import snapshot as snap
 from tests.harness.crash import run_and_kill, timed
 from tests.harness.fleet import BRIDGE, Member, fleet
+from tests.harness.lab import Lab, host_snapshot
 from tests.harness.plugins import REPO, PluginRun
 
 pytestmark = pytest.mark.root

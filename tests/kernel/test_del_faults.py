@@ -26,14 +26,14 @@ import pytest
 
 from common import rtnl
 from common.rtnl import NetlinkError, RtnlSocket
-from tests.conftest import Lab
 from tests.harness import netns as nslib
+from tests.harness.bandwidth_world import Attachment, attach, links, qdiscs
+from tests.harness.lab import Lab
 from tests.harness.netns import Netns
 from tests.harness.plugins import OUR_BIN, run_plugin
 from tests.harness.portmap_world import HOST4, TABLE, add_ext, conntrack_udp, udp_flow
-from tests.kernel.test_bandwidth import Attachment, attach, links, qdiscs
-from tests.kernel.test_tuning import MAC, NS_WIDE, PER_IF, TUNING, link, make_veth, sysctl
-from tests.kernel.test_tuning import config as tuning_config
+from tests.harness.tuning_world import MAC, NS_WIDE, PER_IF, TUNING, link, make_veth, sysctl
+from tests.harness.tuning_world import config as tuning_config
 
 pytestmark = pytest.mark.root
 

@@ -35,8 +35,8 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, note, settings
 
-from tests.conftest import Lab
 from tests.harness import fuzz
+from tests.harness.lab import Lab
 from tests.harness.plugins import our, run_plugin
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]

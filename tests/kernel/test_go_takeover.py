@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from common.digest import sha512_hex
-from tests.conftest import Lab
+from tests.harness.lab import Lab
 from tests.harness.netns import Netns
 from tests.harness.plugins import GO_BIN, Chain, our, run_plugin
 from tests.harness.portmap_world import HOST4, add_ext, conntrack_udp, udp_flow

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Lab
+from tests.harness.lab import Lab
 from tests.harness.plugins import our, run_plugin
 from tests.harness.portmap_world import (
     EXT4,

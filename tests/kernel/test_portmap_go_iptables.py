@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from common.digest import sha512_hex
-from tests.conftest import Lab
+from tests.harness.lab import Lab
 from tests.harness.plugins import GO_BIN, our, run_plugin
 from tests.harness.portmap_world import HOST4, add_ext, conflist
 from tests.harness.traffic import echo_server, reaches

@@ -37,8 +37,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Lab
 from tests.harness import fuzz
+from tests.harness.lab import Lab
 from tests.harness.plugins import REPO, PluginRun, our, run_plugin
 from tests.harness.portmap_world import nft_elements
 

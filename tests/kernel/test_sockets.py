@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Lab
+from tests.harness.lab import Lab
 from tests.harness.plugins import GO_BIN, REPO, Chain, load_conflist
 
 PLUGIN_CODE = ("common", "portmap", "bandwidth", "tuning")

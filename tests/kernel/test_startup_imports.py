@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Lab
+from tests.harness.lab import Lab
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -5,8 +5,8 @@ For a cheap start-up the plugins use `_json` (common/jsontext.py) and `_sha2`/`_
 build or a later CPython may lack them or change them. Each module then falls back to the
 public one, and these tests force that path by making the private modules unimportable
 (`sys.modules[name] = None`, which makes `import name` raise ImportError) in the plugin's
-own process: the same results, VERSION from all three plugins, and a whole chain's ADD,
-CHECK and DEL with real traffic.
+own process: the same results, and VERSION from all three plugins (a whole chain's ADD,
+CHECK and DEL with real traffic: tests/kernel/test_stdlib_fallback.py).
 """
 
 from __future__ import annotations
@@ -20,14 +20,11 @@ import pytest
 
 from common import jsontext
 from common.digest import sha256_hex, sha512_hex
-from tests.conftest import Lab
-from tests.harness.plugins import GO_BIN, load_conflist, our, run_plugin
-from tests.harness.traffic import echo_server, request
+from tests.harness.plugins import our, run_plugin
+from tests.harness.stdlib_fallback import BLOCK, wrappers
 
 REPO = Path(__file__).resolve().parents[2]
 ALL_VERSIONS = ["0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"]
-PRIVATE = ("_json", "_sha2", "_sha256", "_sha512")
-BLOCK = f"import sys\nsys.modules.update(dict.fromkeys({PRIVATE!r}))\n"
 
 SAMPLE = '{"b": [1, 2.5, "\\u00e9", null, true, NaN], "a": {"k": 1, "k": 2}}'
 EXERCISE = """
@@ -71,20 +68,6 @@ def test_without_the_private_modules_json_and_digests_are_the_same() -> None:
     assert repr(jsontext.loads(encoded)) == repr(json.loads(encoded))
 
 
-def wrappers(directory: Path) -> Path:
-    """portmap, bandwidth and tuning as executables that block the private modules first."""
-    directory.mkdir()
-    for plugin in ("portmap", "bandwidth", "tuning"):
-        exe = directory / plugin
-        exe.write_text(
-            f"#!{sys.executable} -I\n{BLOCK}"
-            f"sys.path.insert(0, {str(REPO)!r})\n"
-            f"from {plugin}.__main__ import main\nmain()\n"
-        )
-        exe.chmod(0o755)
-    return directory
-
-
 @pytest.mark.parametrize("plugin", ["portmap", "bandwidth", "tuning"])
 def test_version_and_a_decode_error_without_the_private_modules(
     tmp_path: Path, plugin: str
@@ -99,24 +82,3 @@ def test_version_and_a_decode_error_without_the_private_modules(
     assert version == {"cniVersion": "0.4.0", "supportedVersions": ALL_VERSIONS}
     error = run_plugin(exe, "DEL", b'{"name": ').json
     assert error["code"] == 6
-
-
-@pytest.mark.root
-def test_chain_add_check_del_without_the_private_modules(lab: Lab) -> None:
-    bindir = wrappers(lab.workdir / "bin")
-    chain = lab.chain
-    chain.cni_path = f"{bindir}:{GO_BIN}"
-    conflist = load_conflist("ipv4.conflist", lab.workdir)
-    mac = "02:42:ac:11:00:42"
-    flags = ("--port", "18742:7042/tcp", "--bandwidth", "8000000", "--mac", mac)
-    chain.add(conflist, lab.ctr, *flags)
-    with echo_server(lab.ctr, 7042, "tcp", tag="fb"):
-        assert request(lab.host, "127.0.0.1", 18742, "tcp", b"hi") == b"fb:hi"
-    assert mac in lab.ctr.ip("link", "show", "eth0")
-    assert "tbf" in lab.host.run("tc", "qdisc", "show")
-    state = sorted(p.name for p in lab.state_root.rglob("*.json"))
-    assert state, "the plugins wrote no state"
-    chain.check(conflist, lab.ctr, *flags)
-    chain.delete(conflist, lab.ctr, *flags)
-    assert not list(lab.state_root.rglob("*.json"))
-    assert "tbf" not in lab.host.run("tc", "qdisc", "show")
