@@ -33,7 +33,8 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 # The steps worth dying at, per plugin: every call that changes the kernel or a state
-# file (and the libnftables calls, reads included: portmap reads between its writes).
+# file (and the libnftables calls and iptables tools, reads included: portmap reads
+# between its writes).
 # os.link and os.rename are where a state file write becomes visible: dying just before
 # them leaves a written but unnamed, or a written but not yet renamed, file.
 STATE_STEPS = (
@@ -46,6 +47,7 @@ WATCHED = {
     "portmap": (
         "portmap.verbs:enable_route_localnet",
         "portmap.libnftables:Context.run",
+        "portmap.kernel:XtablesKernel.run",
         *STATE_STEPS,
     ),
     "bandwidth": ("bandwidth.tc:Rtnl._apply_one", *STATE_STEPS),

@@ -34,7 +34,6 @@ import json
 import os
 import random
 import statistics
-import sys
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -45,10 +44,11 @@ import pytest
 from tests.harness import chained as ch
 from tests.harness import netns as nslib
 from tests.harness import snapshot as snap
-from tests.harness.crash import run_and_kill, timed
+from tests.harness.crash import at_crash_point, run_and_kill, timed
+from tests.harness.crash import crash_points as crash_points_of
 from tests.harness.fleet import BRIDGE, Member, fleet
 from tests.harness.lab import Lab, host_snapshot
-from tests.harness.plugins import REPO, PluginRun
+from tests.harness.plugins import PluginRun
 
 pytestmark = pytest.mark.root
 
@@ -276,21 +276,9 @@ def test_sigkill_at_random_moments_then_retry_or_gc_leaves_nothing(rig: Rig, tri
 # ---------------------------------------------------------------------------- crash points
 
 
-def at_crash_point(inv: ch.Invocation, plugin: str, spec: str, env: dict[str, str]) -> PluginRun:
-    """`inv` run through tests.harness.crashpoint (the plugin kills itself at `spec`)."""
-    argv = [*inv.argv[:4], sys.executable, "-m", "tests.harness.crashpoint", plugin, spec]
-    full = {**inv.env, **env, "PYTHONPATH": str(REPO)}
-    return ch.run(ch.Invocation(argv, full, inv.stdin))
-
-
 def crash_points(rig: Rig, command: str) -> list[str]:
     """Every step of a clean `command` (from the current state), before and after."""
-    count_file = rig.lab.workdir / "crashpoint-count.json"
-    run = at_crash_point(rig.inv(command), rig.plugin, "", {"CRASHPOINT_COUNT": str(count_file)})
-    ok(run, f"counting {command}")
-    counts = json.loads(count_file.read_text())
-    count_file.unlink()
-    return [f"{t}@{n}{w}" for t, c in counts.items() for n in range(1, c + 1) for w in ("", "+")]
+    return crash_points_of(rig.inv(command), rig.plugin, rig.lab.workdir / "crashpoint-count.json")
 
 
 @pytest.mark.parametrize(
@@ -316,7 +304,7 @@ def test_sigkill_at_every_step_then_retry_or_gc_leaves_nothing(rig: Rig) -> None
         command = "DEL" if kind == "del" else "ADD"
         if kind == "del":
             ok(rig.call("ADD"), "ADD before the killed DEL")
-        killed = at_crash_point(rig.inv(command), rig.plugin, spec, {})
+        killed = at_crash_point(rig.inv(command), rig.plugin, spec)
         assert killed.returncode == -9, f"{kind} {spec} was not killed: {killed.stdout}"
         before, after = (rig.full, rig.baseline) if kind == "del" else (rig.baseline, rig.full)
         stages[stage(rig.world(), before, after)] += 1
@@ -346,7 +334,7 @@ def test_del_beside_a_killed_add_still_removes_the_table(lab: Lab) -> None:
         ok(rig.call("GC"), "first GC")
         pristine = rig.world()
         ok(ch.run(ch.invocation("portmap", "ADD", a, lab.host, lab.env)), "ADD of A")
-        killed = at_crash_point(rig.inv("ADD"), "portmap", "portmap.libnftables:Context.run@1", {})
+        killed = at_crash_point(rig.inv("ADD"), "portmap", "portmap.libnftables:Context.run@1")
         assert killed.returncode == -9
         assert len(list((lab.state_root / "portmap").glob("*.json"))) == 2  # B's intent
         ok(ch.run(ch.invocation("portmap", "DEL", a, lab.host, lab.env)), "DEL of A")

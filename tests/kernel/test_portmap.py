@@ -12,13 +12,13 @@ import json
 import os
 import re
 import signal
-import subprocess
-import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 
+from tests.harness.chained import Invocation
+from tests.harness.crash import at_crash_point, crash_points
 from tests.harness.lab import Lab
 from tests.harness.plugins import our, run_plugin
 from tests.harness.portmap_world import (
@@ -460,29 +460,32 @@ def test_fifty_parallel_adds_all_land_and_del_cleans_all(lab: Lab, backend: str)
     assert not any(str(20000 + i) in text for i in range(50))
 
 
-def test_sigkill_mid_add_then_retry_and_clean_del(lab: Lab, backend: str) -> None:
-    """A plugin killed at any point of ADD leaves nothing half-done: a retry succeeds and
-    DEL removes everything (a big range makes ADD slow enough to be hit mid-way)."""
+def test_sigkill_at_every_step_of_add_then_retry_and_clean_del(lab: Lab, backend: str) -> None:
+    """A plugin killed at any step of ADD (right before and right after each kernel change,
+    tool run and state write: the crash points) leaves nothing half-done: a retry succeeds
+    and DEL removes everything. The crash points land mid-way by themselves: the range
+    need not make ADD slow (as killing after a delay needed)."""
     rc = {"portMappings": [{"hostPort": 30000, "containerPort": 30000, "protocol": "udp",
-                            "range": 3000}]}  # fmt: skip
+                            "range": 30}]}  # fmt: skip
     conf = _direct_conf(lab, backend, runtimeConfig=rc)
     env = {**os.environ, **lab.env, "CNI_COMMAND": "ADD", "CNI_CONTAINERID": "killed",
            "CNI_IFNAME": "eth0", "CNI_NETNS": lab.ctr.path, "CNI_PATH": "/usr/lib/cni"}  # fmt: skip
-    for delay in (0.05, 0.15, 0.3):
-        proc = subprocess.Popen(["ip", "netns", "exec", lab.host.name, PORTMAP],
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)  # fmt: skip
-        assert proc.stdin is not None
-        proc.stdin.write(json.dumps(conf).encode())
-        proc.stdin.close()
-        time.sleep(delay)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
+    add = Invocation(
+        ["ip", "netns", "exec", lab.host.name, PORTMAP], env, json.dumps(conf).encode()
+    )
+    points = crash_points(add, "portmap", lab.workdir / "crashpoint-count.json")
+    _run(lab, "DEL", conf, container_id="killed").ok()  # counting made a clean ADD
+    kernel_steps = [p for p in points if p.startswith(("portmap.libnftables", "portmap.kernel"))]
+    assert kernel_steps, points  # the steps between kernel changes are among them
+    for spec in points:
+        killed = at_crash_point(add, "portmap", spec)
+        assert killed.returncode == -signal.SIGKILL, f"not killed at {spec}: {killed.stdout}"
         _run(lab, "ADD", conf, container_id="killed").ok()
         _run(lab, "CHECK", conf, container_id="killed").ok()
         _run(lab, "DEL", conf, container_id="killed").ok()
-        assert "30000" not in rules_text(lab, backend)
+        assert "30000" not in rules_text(lab, backend), spec
         if backend == "nftables":
-            assert not [c for c in comments(lab.host) if "killed" in c]
+            assert not [c for c in comments(lab.host) if "killed" in c], spec
     assert not list((lab.state_root / "portmap").glob("*.json"))
 
 
