@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from common.gc import AttachmentId
     from common.log import Log
     from common.state import AttachmentStore, Stamps
-    from portmap.kernel import NftKernel
+    from portmap.ports import NftKernel
 
 NAME = "nftables"
 T = "inet cni_meta_portmap"

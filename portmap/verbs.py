@@ -27,8 +27,8 @@ if TYPE_CHECKING:
     from common.skel import Request
     from common.state import AttachmentStore, Stamps
     from portmap.config import Attachment
-    from portmap.kernel import Kernel
     from portmap.plan import Plan, UdpTargets
+    from portmap.ports import Kernel
     from portmap.state import Recorded
 
     class Backend(Protocol):
@@ -59,9 +59,9 @@ def kernel_of(request: Request) -> Kernel:
     if request.kernel is not None:
         kernel: Kernel = request.kernel
         return kernel
-    from portmap.kernel import Kernel
+    from portmap import kernel as host
 
-    return Kernel()
+    return host.Kernel()
 
 
 # ---------------------------------------------------------------------------- which backend

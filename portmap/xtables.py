@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
     from common.gc import AttachmentId
     from common.state import Stamps
-    from portmap.kernel import XtablesKernel
+    from portmap.ports import XtablesKernel
 
 NAME = "iptables"
 TOP = "CNI-HOSTPORT-DNAT"

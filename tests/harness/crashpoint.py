@@ -53,7 +53,7 @@ WATCHED = {
     "bandwidth": ("bandwidth.tc:Rtnl._apply_one", *STATE_STEPS),
     "tuning": (
         "tuning.apply:write_sysctl",
-        "tuning.apply:ContainerNetns.change_link",
+        "tuning.apply:change_link",
         *STATE_STEPS,
     ),
 }

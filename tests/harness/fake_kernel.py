@@ -35,7 +35,6 @@ from bandwidth.model import INGRESS_HANDLE, TC_H_INGRESS, TC_H_ROOT
 from common import rtnl
 from common.errors import INVALID_NETNS, CniError
 from common.rtnl import IFF_ALLMULTI, IFF_PROMISC, IFF_UP, NetlinkError, pyroute2
-from tuning import apply
 
 FLAG_WORDS = ((IFF_UP, "up"), (IFF_PROMISC, "promisc"), (IFF_ALLMULTI, "allmulti"))
 RTM_NAMES = {v: k for k, v in vars(rtnl).items() if k.startswith("RTM_")}
@@ -363,8 +362,8 @@ class FakeKernel:
         yield from ()
 
 
-class FakeBandwidthKernel(tc.Kernel):
-    """bandwidth's port: its sockets are answered by a FakeKernel."""
+class FakeBandwidthKernel:
+    """bandwidth's port (bandwidth.ports.Kernel): its sockets are answered by a FakeKernel."""
 
     def __init__(self, kernel: FakeKernel) -> None:
         self.kernel = kernel
@@ -376,26 +375,31 @@ class FakeBandwidthKernel(tc.Kernel):
         return self.kernel.has_device(name, netns)
 
 
-class FakeTuningKernel(apply.Kernel):
-    """tuning's port: a container netns whose socket and files are a FakeKernel's."""
+class FakeTuningKernel:
+    """tuning's port (tuning.ports.Kernel): a container netns whose socket and files are a
+    FakeKernel's."""
 
     def __init__(self, kernel: FakeKernel) -> None:
         self.kernel = kernel
 
-    def netns(self, path: str) -> apply.ContainerNetns:
+    def netns(self, path: str) -> FakeContainerNetns:
         return FakeContainerNetns(self.kernel, path)
 
 
-class FakeContainerNetns(apply.ContainerNetns):
+class FakeContainerNetns:
+    """tuning.ports.ContainerNetns in one of a FakeKernel's namespaces."""
+
     def __init__(self, kernel: FakeKernel, path: str) -> None:
-        super().__init__(path)
-        self.kernel = kernel
+        self.kernel, self.path = kernel, path
 
     def __enter__(self) -> FakeContainerNetns:
         self.fake = self.kernel._entered(self.path)
         return self
 
-    def open_rtnl(self) -> Any:
+    def __exit__(self, *_: object) -> None:
+        pass
+
+    def rtnl(self) -> FakeSocket:
         return FakeSocket(self.kernel, self.fake, tc=False)
 
     def read_sysctl(self, file: str) -> str:
