@@ -102,7 +102,7 @@ def preload_links() -> None:
     of the node waits for that lock."""
     from common.rtnl import pyroute2
 
-    pyroute2(tc=False)
+    pyroute2()
 
 
 # How rtnetlink carries each link option (tuning.config.LINK_OPTIONS): a netlink attribute
@@ -146,7 +146,7 @@ class ContainerNetns:
         if self._rtnl is None:
             from common.rtnl import RtnlSocket
 
-            self._rtnl = RtnlSocket(tc=False)
+            self._rtnl = RtnlSocket()
             self._inside.callback(self._rtnl.close)
         return self._rtnl
 

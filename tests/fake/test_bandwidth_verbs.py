@@ -327,9 +327,9 @@ def test_del_without_a_record_or_an_ifb_opens_no_rtnetlink_socket(
     opened: list[str] = []
     real_open = kernel.open_socket
 
-    def open_socket(tc: bool = True, netns: str = "") -> Any:
+    def open_socket(netns: str = "") -> Any:
         opened.append(netns or "host")
-        return real_open(tc, netns)
+        return real_open(netns)
 
     monkeypatch.setattr(kernel, "open_socket", open_socket)
     assert kernel.run("bandwidth", "DEL", conf(netns), netns=netns) == (0, None)

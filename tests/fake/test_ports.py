@@ -17,6 +17,8 @@ from portmap import kernel as portmap_kernel
 from portmap import libnftables
 from portmap import ports as portmap_ports
 from tests.harness.fake_kernel import (
+    FLAG_WORDS,
+    LINK_ATTRIBUTES,
     FakeBandwidthKernel,
     FakeContainerNetns,
     FakeKernel,
@@ -100,3 +102,11 @@ def test_the_fakes_are_typed_as_the_ports(tmp_path: Path) -> None:
         portmap_kernel.Kernel(),
     )
     assert isinstance(hosts[2].nft, portmap_kernel.NftKernel)
+
+
+def test_the_fake_link_keeps_every_attribute_tunings_port_sets() -> None:
+    """A tuning link option is three edits (config.LINK_OPTIONS, the port's ATTRIBUTES or
+    FLAGS, the fake's LINK_ATTRIBUTES); the fake derives the rest from its table."""
+    carried = {nla for nla, _ in apply.ATTRIBUTES.values()}
+    assert carried <= set(LINK_ATTRIBUTES), "give the new attribute a line in LINK_ATTRIBUTES"
+    assert {word for _, word in FLAG_WORDS} >= set(apply.FLAGS)

@@ -47,7 +47,6 @@ from bandwidth.tbf import Psched, make_tbf
 from common.config import parse_netconf
 from common.errors import CONFLICT, INVALID_CONFIG, UNSUPPORTED_FIELD, CniError
 from common.result import Interface, Result
-from common.rtnl import pyroute2
 
 PSCHED = Psched(15.625)
 NET, CID, IFNAME = "bwnet", "ctr1", "eth0"
@@ -255,7 +254,7 @@ def test_tbf_options_carry_rate64_only_above_32_bits() -> None:
 
 def test_tbf_rate64_survives_encoding_and_is_read_back() -> None:
     """Our tcmsg encodes RATE64 and decodes it from the same bytes (a dump looks alike)."""
-    m = pyroute2()
+    m = tc.tc_modules()
     msg_class = tc.tcmsg_class(m)
     msg = msg_class()
     msg["index"], msg["handle"], msg["parent"] = 3, TBF_HANDLE, TC_H_ROOT
