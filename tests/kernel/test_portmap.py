@@ -17,10 +17,9 @@ from typing import Any
 
 import pytest
 
-from tests.harness.chained import Invocation
 from tests.harness.crash import at_crash_point, crash_points
 from tests.harness.lab import Lab
-from tests.harness.plugins import our, run_plugin
+from tests.harness.plugins import Invocation, our, run_plugin
 from tests.harness.portmap_world import (
     EXT4,
     EXT6,
