@@ -52,7 +52,7 @@ def host_untouched() -> Iterator[None]:
     yield
     changes = snap.diff(before, host_snapshot())
     # each xdist worker judges its own (the harness's and cnichain's fixtures')
-    leftovers = nslib.leftover_namespaces() + api_netns.leftovers()
+    leftovers = sorted({*nslib.leftover_namespaces(), *api_netns.leftovers()})
     assert not changes, "tests changed the machine's own namespace/state:\n" + snap.describe(
         changes
     )
