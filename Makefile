@@ -55,7 +55,7 @@ deps: apt venv
 # apart): a reader new to the project reads them in an afternoon. Above the limit, remove
 # weight (shims, dead code, contortions) rather than cram lines; raising it is a decision
 # said in the commit that does.
-SIZE_LIMIT := 9390
+SIZE_LIMIT := 9570
 SIZED := common portmap bandwidth tuning
 
 # Besides style and types: the import contracts and the dependency lists of pyproject.toml,
@@ -132,7 +132,7 @@ dist: venv
 
 # The runtime suites (podman, libcni client, containerd, install) also run in `make test`.
 test-runtimes: deps
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest tests/runtimes tests/test_install.py $(PYTEST_ARGS)
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest tests/runtimes $(PYTEST_ARGS)
 
 # 10,000 fuzzed calls per plugin against a real kernel (`make test` runs 500 each); about
 # 20 minutes per plugin on a 2-core VM. Figures: one JSON line per plugin in FUZZ_STATS.
@@ -140,7 +140,7 @@ FUZZ_STATS ?= build/fuzz-stats.jsonl
 fuzz: deps
 	mkdir -p "$(dir $(FUZZ_STATS))"
 	HYPOTHESIS_PROFILE=fuzz CNI_META_FUZZ_STATS="$(abspath $(FUZZ_STATS))" \
-	  PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest tests/test_fuzz.py $(PYTEST_ARGS)
+	  PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest tests/kernel/test_fuzz.py $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .import_linter_cache

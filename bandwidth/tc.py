@@ -4,14 +4,17 @@
 `Rtnl` reads the kernel of one network namespace into the values of `bandwidth.model`
 (`observe`) and carries out the actions of a `plan.reconcile` (`apply`), deciding nothing.
 pyroute2's `ifinfmsg` / `tcmsg` and tc modules encode and decode the messages (tbf rate
-tables, u32 selectors, mirred actions); `common.rtnl` carries them.
+tables, u32 selectors, mirred actions): the tc kinds are bandwidth's alone (`tc_modules`);
+`common.rtnl` carries the messages.
 """
 
 from __future__ import annotations
 
 import errno
+import sys
 from _socket import htons, ntohs
 from contextlib import nullcontext
+from types import SimpleNamespace
 
 from bandwidth import plan
 from bandwidth.model import (
@@ -72,6 +75,7 @@ TBF_OPTIONS = (
     (8, "TCA_TBF_PAD", "hex"),
 )
 _tcmsg_class: Any = None
+_tc_modules: SimpleNamespace | None = None
 
 
 def read_psched(path: str = PSCHED) -> Psched:
@@ -84,6 +88,55 @@ def read_psched(path: str = PSCHED) -> Psched:
         raise CniError(
             KERNEL_FAILURE, f"cannot read the kernel's tc clock from {path}", str(e)
         ) from None
+
+
+def tc_modules() -> SimpleNamespace:
+    """A tc message class (`tcmsg`) and pyroute2's `sched_tbf` and `cls_u32` modules.
+
+    pyroute2's `tcmsg` package imports all of its qdisc and classifier modules (hfsc,
+    cake, bpf, ... with `dataclasses` and `inspect`) to look a kind's options up in one
+    table. bandwidth sends and reads only tbf and ingress qdiscs and u32 filters (with
+    their actions): this loads those modules without the package's __init__, and the
+    class below looks options up among them. Any other kind (someone else's fq_codel,
+    a foreign flower filter) keeps its options undecoded, which is all a reader of them
+    here needs: their kind, handle and parent."""
+    global _tc_modules
+    if _tc_modules is not None:
+        return _tc_modules
+    rtnl.pyroute2()  # the pyroute2 package, registered without its __init__
+    if "pyroute2.netlink.rtnl.tcmsg" not in sys.modules:
+        rtnl.register_package_without_init("pyroute2.netlink.rtnl.tcmsg")
+    from pyroute2.netlink import nlmsg
+    from pyroute2.netlink.rtnl.tcmsg import cls_u32, sched_ingress, sched_tbf, sched_template
+
+    kinds = {"tbf": sched_tbf, "ingress": sched_ingress, "u32": cls_u32}
+
+    class TcMsg(nlmsg):  # type: ignore[misc,valid-type]
+        """struct tcmsg (linux/rtnetlink.h) with its attributes (TCA_*)."""
+
+        prefix = "TCA_"
+        fields = (("family", "B"), ("pad1", "B"), ("pad2", "H"), ("index", "i"),
+                  ("handle", "I"), ("parent", "I"), ("info", "I"))  # fmt: skip
+        nla_map = (
+            ("TCA_UNSPEC", "none"),
+            ("TCA_KIND", "asciiz"),
+            ("TCA_OPTIONS", "get_options"),
+            ("TCA_STATS", "hex"),
+            ("TCA_XSTATS", "hex"),
+            ("TCA_RATE", "hex"),
+            ("TCA_FCNT", "hex"),
+            ("TCA_STATS2", "hex"),
+            ("TCA_STAB", "hex"),
+        )
+
+        @staticmethod
+        def get_options(msg: Any, *args: Any, **kwargs: Any) -> Any:
+            # Called with the message being decoded (or encoded): the class for its options.
+            options = getattr(kinds.get(msg.get_attr("TCA_KIND")), "options", None)
+            return options if options is not None else sched_template.options
+
+    _tc_modules = SimpleNamespace(tcmsg=TcMsg, sched_tbf=sched_tbf, cls_u32=cls_u32)
+    return _tc_modules
 
 
 def tcmsg_class(m: Any) -> Any:
@@ -218,7 +271,7 @@ class Kernel:
         link messages until its first tc message: pyroute2's tc modules cost more than
         the rest of a call, and a DEL that finds nothing to remove (a second DEL, an
         attachment that shaped nothing) sends no tc message."""
-        return Rtnl(RtnlSocket(tc=False, netns=netns))
+        return Rtnl(RtnlSocket(netns=netns))
 
     def has_device(self, name: str, netns: str = "") -> bool:
         """Whether the netns at `netns` ("": ours) has a device named `name`, asked with the
@@ -264,8 +317,8 @@ class Rtnl:
         self.nl.close()
 
     def _tc(self) -> Any:
-        """pyroute2's modules with the tc ones, loaded by the first tc message."""
-        return rtnl.pyroute2(tc=True)
+        """pyroute2's tc modules, loaded by the first tc message."""
+        return tc_modules()
 
     def _tcmsg(self, index: int, parent: int = 0, handle: int = 0, info: int = 0) -> Any:
         msg = tcmsg_class(self._tc())()

@@ -24,8 +24,9 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from bandwidth.model import Link, Observed
     from bandwidth.plan import Ownership, Placement, Plan
+    from bandwidth.ports import Kernel
     from bandwidth.record import Record
-    from bandwidth.tc import Kernel, Rtnl
+    from bandwidth.tc import Rtnl
     from common.attachment import Engine
     from common.identity import Attachment
     from common.result import Result

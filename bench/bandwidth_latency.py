@@ -51,7 +51,7 @@ def timed(argv: list[str], env: dict[str, str], stdin: bytes) -> float:
 def import_costs(rounds: int) -> list[tuple[str, float]]:
     """Cold-process wall time of `python -c <imports>`, medians, minus the bare start."""
     py = sys.executable
-    ours = "import bandwidth.verbs, common.rtnl as n; n.pyroute2()"  # what ADD loads
+    ours = "import bandwidth.verbs, bandwidth.tc as t; t.tc_modules()"  # what ADD loads
     iproute_lean = (
         "import bandwidth.verbs, common.rtnl as n\n"
         "n._register_package_without_init('pyroute2')\n"

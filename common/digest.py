@@ -2,7 +2,7 @@
 
 hashlib loads OpenSSL's _hashlib (paid on every container start); the builtin
 modules CPython ships give the same digests for the few bytes hashed here. They are
-private: where neither is importable, hashlib does the work (tests/test_stdlib_fallback.py
+private: where neither is importable, hashlib does the work (tests/unit/test_stdlib_fallback.py
 forces that path).
 """
 

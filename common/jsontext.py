@@ -10,7 +10,7 @@ ValueError) with json's message: only then is `json` imported, to make it.
 
 `_json` is CPython's private module: where it is missing (another implementation, a build
 without it) or its constructors no longer take these arguments, `loads` and `dumps` are
-json's own, with the same results (tests/test_stdlib_fallback.py forces that path).
+json's own, with the same results (tests/unit/test_stdlib_fallback.py forces that path).
 
 One addition: an object that has a key twice (the last value wins, as with json.loads)
 comes back as a `RepeatedKeys` dict that names it, which json.loads cannot tell (tuning

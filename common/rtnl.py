@@ -53,7 +53,7 @@ _NLA = struct.Struct("=HH")  # nlattr: length, type
 _modules: SimpleNamespace | None = None
 
 
-def _register_package_without_init(name: str) -> None:
+def register_package_without_init(name: str) -> None:
     """Put package `name` in sys.modules without running its __init__ (pyroute2's imports
     everything, and loading a submodule runs the package's __init__ first). The __init__
     still runs, lazily, the moment anyone asks the package for a top-level name (e.g.
@@ -88,64 +88,17 @@ def _register_package_without_init(name: str) -> None:
     sys.modules[name] = package
 
 
-def pyroute2(tc: bool = True) -> SimpleNamespace:
-    """The pyroute2 pieces the plugins use: the link messages (`ifinfmsg`),
-    and unless `tc` is false the tc ones (`tcmsg`, `sched_tbf`, `cls_u32`, see
-    _tc_modules): tuning, which sends no tc message, does without them."""
+def pyroute2() -> SimpleNamespace:
+    """The pyroute2 pieces every rtnetlink user here needs: the link messages
+    (`ifinfmsg`). A plugin that sends tc messages loads those itself (bandwidth.tc)."""
     global _modules
     if _modules is None:
         if "pyroute2" not in sys.modules:
-            _register_package_without_init("pyroute2")
+            register_package_without_init("pyroute2")
         from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
 
         _modules = SimpleNamespace(ifinfmsg=ifinfmsg)
-    if tc and not hasattr(_modules, "tcmsg"):
-        _modules.tcmsg, _modules.sched_tbf, _modules.cls_u32 = _tc_modules()
     return _modules
-
-
-def _tc_modules() -> tuple[Any, Any, Any]:
-    """A tc message class and pyroute2's `sched_tbf` and `cls_u32` modules.
-
-    pyroute2's `tcmsg` package imports all of its qdisc and classifier modules (hfsc,
-    cake, bpf, ... with `dataclasses` and `inspect`) to look a kind's options up in one
-    table. The plugins send and read only tbf and ingress qdiscs and u32 filters (with
-    their actions): this loads those modules without the package's __init__, and the
-    class below looks options up among them. Any other kind (someone else's fq_codel,
-    a foreign flower filter) keeps its options undecoded, which is all a reader of them
-    here needs: their kind, handle and parent."""
-    if "pyroute2.netlink.rtnl.tcmsg" not in sys.modules:
-        _register_package_without_init("pyroute2.netlink.rtnl.tcmsg")
-    from pyroute2.netlink import nlmsg
-    from pyroute2.netlink.rtnl.tcmsg import cls_u32, sched_ingress, sched_tbf, sched_template
-
-    kinds = {"tbf": sched_tbf, "ingress": sched_ingress, "u32": cls_u32}
-
-    class TcMsg(nlmsg):  # type: ignore[misc,valid-type]
-        """struct tcmsg (linux/rtnetlink.h) with its attributes (TCA_*)."""
-
-        prefix = "TCA_"
-        fields = (("family", "B"), ("pad1", "B"), ("pad2", "H"), ("index", "i"),
-                  ("handle", "I"), ("parent", "I"), ("info", "I"))  # fmt: skip
-        nla_map = (
-            ("TCA_UNSPEC", "none"),
-            ("TCA_KIND", "asciiz"),
-            ("TCA_OPTIONS", "get_options"),
-            ("TCA_STATS", "hex"),
-            ("TCA_XSTATS", "hex"),
-            ("TCA_RATE", "hex"),
-            ("TCA_FCNT", "hex"),
-            ("TCA_STATS2", "hex"),
-            ("TCA_STAB", "hex"),
-        )
-
-        @staticmethod
-        def get_options(msg: Any, *args: Any, **kwargs: Any) -> Any:
-            # Called with the message being decoded (or encoded): the class for its options.
-            options = getattr(kinds.get(msg.get_attr("TCA_KIND")), "options", None)
-            return options if options is not None else sched_template.options
-
-    return TcMsg, sched_tbf, cls_u32
 
 
 def nla(kind: int, payload: bytes) -> bytes:
@@ -255,12 +208,12 @@ class RtnlSocket:
     ("": the current one). A socket keeps the netns it was opened in: this enters the
     netns only to open it (CniError INVALID_NETNS when it cannot, as common.netns says)."""
 
-    def __init__(self, tc: bool = True, netns: str = "") -> None:
+    def __init__(self, netns: str = "") -> None:
         from common.netns import entered  # looked up at each call: crash points wrap it
 
         self.netns = netns
         with entered(netns) if netns else nullcontext():  # a bad netns fails before pyroute2
-            self.modules = pyroute2(tc)
+            self.modules = pyroute2()
             self.nl = NetlinkSocket(NETLINK_ROUTE)
 
     def close(self) -> None:
@@ -271,8 +224,6 @@ class RtnlSocket:
         netns cannot be entered any more, the old socket stays: its requests still get
         their answers (the dump's leftovers carry another sequence number and are
         skipped), only another dump on it would be refused."""
-        from contextlib import nullcontext
-
         from common.errors import CniError
         from common.netns import entered
 

@@ -14,9 +14,9 @@ TYPE_CHECKING = False  # avoids importing typing at run time
 if TYPE_CHECKING:
     from typing import Any
 
-    from portmap.kernel import Kernel, NftKernel
     from portmap.nft import Nft
     from portmap.plan import UdpTargets
+    from portmap.ports import Kernel, NftKernel
     from portmap.state import Store
 
     Rule = tuple[int, str, dict[str, Any]]

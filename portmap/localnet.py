@@ -36,8 +36,9 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from common.log import Log
     from common.result import Result
-    from portmap.kernel import Kernel, Route
+    from portmap.kernel import Route
     from portmap.plan import Plan
+    from portmap.ports import Kernel
 
 RTN_UNICAST = 1
 LOOPBACK = "lo"

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from common.identity import Attachment
     from common.log import Log
     from common.store import Stamps
-    from portmap.kernel import NftKernel
+    from portmap.ports import NftKernel
     from portmap.state import Store
 
 NAME = "nftables"

@@ -26,8 +26,8 @@ if TYPE_CHECKING:
     from common.result import Result
     from common.skel import Request
     from common.store import Stamps
-    from portmap.kernel import Kernel
     from portmap.plan import Plan, UdpTargets
+    from portmap.ports import Kernel
     from portmap.state import Recorded, Store
 
     class Backend(Protocol):
@@ -54,9 +54,9 @@ def kernel_of(request: Request) -> Kernel:
     if request.kernel is not None:
         kernel: Kernel = request.kernel
         return kernel
-    from portmap.kernel import Kernel
+    from portmap import kernel as host
 
-    return Kernel()
+    return host.Kernel()
 
 
 # ---------------------------------------------------------------------------- which backend

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
     from common.identity import Attachment
     from common.store import Stamps
-    from portmap.kernel import XtablesKernel
+    from portmap.ports import XtablesKernel
     from portmap.state import Store
 
 NAME = "iptables"

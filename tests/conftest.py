@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -19,8 +18,7 @@ from hypothesis import HealthCheck, settings
 from cnichain import netns as api_netns
 from tests.harness import netns as nslib
 from tests.harness import snapshot as snap
-from tests.harness.netns import Netns
-from tests.harness.plugins import Chain
+from tests.harness.lab import Lab, host_snapshot
 
 IS_ROOT = os.geteuid() == 0
 
@@ -44,28 +42,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
-# The machine's own state dirs: the plugins' defaults (/run/cni/meta-plugins,
-# /run/cni/tuning) and the runtimes' (/var/lib/cni: host-local leases, libcni and
-# cni-chain caches). Tests use private ones; any change here is a leak. Lock files count
-# too: no test may even lock there.
-MACHINE_STATE_DIRS = ("/run/cni", "/var/lib/cni")
-
-
-def host_snapshot() -> snap.Snapshot:
-    """What tests must never change: the machine's own namespace (nft ruleset, legacy
-    iptables tables of both families, links, qdiscs and filters, forwarding/route_localnet
-    and the other watched sysctls) and its state dirs.
-
-    Named namespaces are not in it: other software on the machine (a runtime, another
-    test session) makes and removes its own while the tests run. The namespaces the tests
-    make are judged by name instead (`host_untouched`'s leftovers: each process knows the
-    ones it made)."""
-    return {
-        **snap.netns_snapshot(None),
-        **snap.state_snapshot(MACHINE_STATE_DIRS),
-    }
-
-
 @pytest.fixture(scope="session", autouse=True)
 def host_untouched() -> Iterator[None]:
     """The session fails when it leaves the machine different from how it found it."""
@@ -76,7 +52,7 @@ def host_untouched() -> Iterator[None]:
     yield
     changes = snap.diff(before, host_snapshot())
     # each xdist worker judges its own (the harness's and cnichain's fixtures')
-    leftovers = nslib.leftover_namespaces() + api_netns.leftovers()
+    leftovers = sorted({*nslib.leftover_namespaces(), *api_netns.leftovers()})
     assert not changes, "tests changed the machine's own namespace/state:\n" + snap.describe(
         changes
     )
@@ -85,31 +61,9 @@ def host_untouched() -> Iterator[None]:
 
 @pytest.fixture
 def cni_netns_prefix() -> str:
-    """cnichain's fixtures (tests/test_chain.py) name their namespaces like the harness:
-    the session's checks (host_untouched) know cmpt-* as tests' own."""
+    """cnichain's fixtures (tests/kernel/test_chain.py) name their namespaces like the
+    harness: the session's checks (host_untouched) know cmpt-* as tests' own."""
     return nslib.PREFIX
-
-
-@dataclass
-class Lab:
-    host: Netns
-    ctr: Netns
-    workdir: Path
-    env: dict[str, str] = field(default_factory=dict)
-    extra: list[Netns] = field(default_factory=list)
-
-    @property
-    def chain(self) -> Chain:
-        return Chain(self.host, self.workdir, env=self.env)
-
-    @property
-    def state_root(self) -> Path:
-        return Path(self.env["CNI_META_STATE_ROOT"])
-
-    def new_netns(self, role: str) -> Netns:
-        ns = nslib.create(role)
-        self.extra.append(ns)
-        return ns
 
 
 @pytest.fixture

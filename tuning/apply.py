@@ -1,4 +1,7 @@
-"""The only part of tuning that talks to the kernel, all of it through `ContainerNetns`."""
+"""The only part of tuning that talks to the kernel, all of it through the port
+(tuning.ports.ContainerNetns; `ContainerNetns` here is the host's): what tuning reads,
+changes and restores is built on the port's few calls, so it runs on the tests' fake
+as on the host."""
 
 from __future__ import annotations
 
@@ -17,7 +20,10 @@ from tuning.plan import LinkState, Plan, SysctlWrite
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from types import TracebackType
+
     from common.rtnl import RtnlSocket
+    from tuning import ports
 
 PROC_SYS = "/proc/sys"
 # Errors that mean "this value or key is wrong", as opposed to "the kernel failed".
@@ -59,7 +65,9 @@ def _sysctl_error(what: str, e: OSError, ifname: str) -> CniError:
     return CniError(KERNEL_FAILURE, f"cannot access {what}", str(e))
 
 
-def read_sysctls(plan: Plan, ns: ContainerNetns, *, missing_ok: bool) -> dict[str, str | None]:
+def read_sysctls(
+    plan: Plan, ns: ports.ContainerNetns, *, missing_ok: bool
+) -> dict[str, str | None]:
     """{path: live value} for every key, resolving (and so refusing) every path first.
 
     None is a sysctl that exists but cannot be read: write-only ones such as
@@ -94,7 +102,7 @@ def preload_links() -> None:
     of the node waits for that lock."""
     from common.rtnl import pyroute2
 
-    pyroute2(tc=False)
+    pyroute2()
 
 
 # How rtnetlink carries each link option (tuning.config.LINK_OPTIONS): a netlink attribute
@@ -106,23 +114,19 @@ FLAGS = {"promisc": "IFF_PROMISC", "allmulti": "IFF_ALLMULTI"}
 
 
 class Kernel:
-    """tuning's kernel port: the container's network namespace is all the verbs ask of
-    the kernel."""
+    """tuning's kernel port on the host: the container's network namespace is all the
+    verbs ask of the kernel."""
 
     def netns(self, path: str) -> ContainerNetns:
         return ContainerNetns(path)
 
 
 class ContainerNetns:
-    """The container's network namespace, entered for a with-block: everything tuning asks
-    of the kernel. Sysctls and the IPv6 address list are files under /proc, opened inside
-    (which namespace a /proc/sys file shows is decided by the thread that opens it). Links
-    go over rtnetlink: pyroute2's `ifinfmsg` on common.rtnl's small blocking socket, opened
-    inside on first use (IPRoute(netns=...) forks, and its import is heavy).
-
-    Entering, `open_rtnl`, `read_sysctl`, `write_sysctl` and `if_inet6` are all that
-    reach the kernel; the rest is built on them.
-    """
+    """The container's network namespace, entered for a with-block. Sysctls and the IPv6
+    address list are files under /proc, opened inside (which namespace a /proc/sys file
+    shows is decided by the thread that opens it). Links go over rtnetlink: pyroute2's
+    `ifinfmsg` on common.rtnl's small blocking socket, opened inside on first use
+    (IPRoute(netns=...) forks, and its import is heavy)."""
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -133,13 +137,18 @@ class ContainerNetns:
         self._inside.enter_context(entered(self.path))
         return self
 
-    def __exit__(self, *_: object) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self._inside.close()
 
-    def open_rtnl(self) -> RtnlSocket:
-        from common.rtnl import RtnlSocket
+    def rtnl(self) -> RtnlSocket:
+        if self._rtnl is None:
+            from common.rtnl import RtnlSocket
 
-        return RtnlSocket(tc=False)
+            self._rtnl = RtnlSocket()
+            self._inside.callback(self._rtnl.close)
+        return self._rtnl
 
     def read_sysctl(self, file: str) -> str:
         return read_sysctl(file)
@@ -152,63 +161,59 @@ class ContainerNetns:
         with open("/proc/thread-self/net/if_inet6") as f:
             return f.read()
 
-    def _socket(self) -> RtnlSocket:
-        if self._rtnl is None:
-            self._rtnl = self.open_rtnl()
-            self._inside.callback(self._rtnl.close)
-        return self._rtnl
 
-    def link(self, ifname: str) -> LinkState | None:
-        """The interface's attributes, or None when there is no such interface."""
-        from common import rtnl
+def read_link(ns: ports.ContainerNetns, ifname: str) -> LinkState | None:
+    """The interface's attributes, or None when there is no such interface."""
+    from common import rtnl
 
-        try:
-            msg = self._socket().link(ifname)
-        except rtnl.NetlinkError as e:
-            raise CniError(KERNEL_FAILURE, f"cannot read interface {ifname}", str(e)) from None
-        if msg is None:
-            return None
-        flags = int(msg["flags"])
-        values = {f: kind(msg.get_attr(nla) or kind()) for f, (nla, kind) in ATTRIBUTES.items()}
-        values.update((f, bool(flags & getattr(rtnl, bit))) for f, bit in FLAGS.items())
-        return LinkState(
-            index=int(msg["index"]),
-            min_mtu=msg.get_attr("IFLA_MIN_MTU"),
-            max_mtu=msg.get_attr("IFLA_MAX_MTU"),
-            **values,
-        )
+    try:
+        msg = ns.rtnl().link(ifname)
+    except rtnl.NetlinkError as e:
+        raise CniError(KERNEL_FAILURE, f"cannot read interface {ifname}", str(e)) from None
+    if msg is None:
+        return None
+    flags = int(msg["flags"])
+    values = {f: kind(msg.get_attr(nla) or kind()) for f, (nla, kind) in ATTRIBUTES.items()}
+    values.update((f, bool(flags & getattr(rtnl, bit))) for f, bit in FLAGS.items())
+    return LinkState(
+        index=int(msg["index"]),
+        min_mtu=msg.get_attr("IFLA_MIN_MTU"),
+        max_mtu=msg.get_attr("IFLA_MAX_MTU"),
+        **values,
+    )
 
-    def change_link(
-        self, ifname: str, index: int, want: LinkSettings, *, gone_ok: bool = False
-    ) -> None:
-        """One RTM_NEWLINK (a "set") with every attribute to change. `gone_ok`: an
-        interface that no longer exists is not an error (restoring: nothing to restore)."""
-        from common import rtnl
 
-        given = {f: v for f, v in want.fields().items() if v is not None}
-        if not given:
-            return
-        flags = change = 0
-        for f, bit in FLAGS.items():
-            if f in given:
-                change |= getattr(rtnl, bit)
-                flags |= getattr(rtnl, bit) if given[f] else 0
-        sock = self._socket()
-        msg = sock.modules.ifinfmsg()
-        msg["index"], msg["flags"], msg["change"] = index, flags, change
-        msg["attrs"] = [[nla, given[f]] for f, (nla, _) in ATTRIBUTES.items() if f in given]
-        try:
-            sock.request(msg, rtnl.RTM_NEWLINK, tolerate=(errno.ENODEV,) if gone_ok else ())
-        except rtnl.NetlinkError as e:
-            code = e.errno or 0
-            keys = sorted(o.key for o in LINK_OPTIONS if o.field in given)
-            what = f"the kernel refused to set {', '.join(keys)} on {ifname}"
-            if code in _CONFIG_ERRNOS:
-                hint = os.strerror(code)
-                if want.mtu is not None and code == errno.EINVAL:
-                    hint += f"; can {ifname} (and the device below it) take mtu {want.mtu}?"
-                raise invalid_config(what, hint) from None
-            raise CniError(KERNEL_FAILURE, what, os.strerror(code)) from None
+def change_link(
+    ns: ports.ContainerNetns, ifname: str, index: int, want: LinkSettings, *, gone_ok: bool = False
+) -> None:
+    """One RTM_NEWLINK (a "set") with every attribute to change. `gone_ok`: an interface
+    that no longer exists is not an error (restoring: nothing to restore)."""
+    from common import rtnl
+
+    given = {f: v for f, v in want.fields().items() if v is not None}
+    if not given:
+        return
+    flags = change = 0
+    for f, bit in FLAGS.items():
+        if f in given:
+            change |= getattr(rtnl, bit)
+            flags |= getattr(rtnl, bit) if given[f] else 0
+    sock = ns.rtnl()
+    msg = sock.modules.ifinfmsg()
+    msg["index"], msg["flags"], msg["change"] = index, flags, change
+    msg["attrs"] = [[nla, given[f]] for f, (nla, _) in ATTRIBUTES.items() if f in given]
+    try:
+        sock.request(msg, rtnl.RTM_NEWLINK, tolerate=(errno.ENODEV,) if gone_ok else ())
+    except rtnl.NetlinkError as e:
+        code = e.errno or 0
+        keys = sorted(o.key for o in LINK_OPTIONS if o.field in given)
+        what = f"the kernel refused to set {', '.join(keys)} on {ifname}"
+        if code in _CONFIG_ERRNOS:
+            hint = os.strerror(code)
+            if want.mtu is not None and code == errno.EINVAL:
+                hint += f"; can {ifname} (and the device below it) take mtu {want.mtu}?"
+            raise invalid_config(what, hint) from None
+        raise CniError(KERNEL_FAILURE, what, os.strerror(code)) from None
 
 
 def check_link_fits(ifname: str, want: LinkSettings, link: LinkState) -> None:
@@ -232,7 +237,7 @@ IPV6_MIN_MTU = 1280
 
 
 def check_ipv6_survives(
-    ifname: str, want: LinkSettings, link: LinkState, ns: ContainerNetns
+    ifname: str, want: LinkSettings, link: LinkState, ns: ports.ContainerNetns
 ) -> None:
     """Refuse lowering the MTU below 1280 while the interface has IPv6 addresses.
 
@@ -263,11 +268,11 @@ def check_ipv6_survives(
         )
 
 
-def observe(plan: Plan, ns: ContainerNetns) -> Observed:
+def observe(plan: Plan, ns: ports.ContainerNetns) -> Observed:
     """Read (and so validate) everything the plan touches. Changes nothing."""
     link = None
     if not plan.link.empty:
-        link = ns.link(plan.ifname)
+        link = read_link(ns, plan.ifname)
         if link is None:
             raise CniError(
                 KERNEL_FAILURE,
@@ -279,13 +284,13 @@ def observe(plan: Plan, ns: ContainerNetns) -> Observed:
     return Observed(link, read_sysctls(plan, ns, missing_ok=False))
 
 
-def apply(plan: Plan, before: Observed, ns: ContainerNetns) -> None:
+def apply(plan: Plan, before: Observed, ns: ports.ContainerNetns) -> None:
     """Make the namespace match the plan; on failure put back what was already changed,
     and raise UndoFailed instead of the failure's error when that did not work either."""
     done: list[SysctlWrite] = []
     try:
         if before.link is not None:
-            ns.change_link(plan.ifname, before.link.index, plan.link)
+            change_link(ns, plan.ifname, before.link.index, plan.link)
         for w in plan.sysctls:
             try:
                 ns.write_sysctl(resolve_sysctl(w.path), w.value)
@@ -303,7 +308,7 @@ def apply(plan: Plan, before: Observed, ns: ContainerNetns) -> None:
         raise
 
 
-def restore(backup: Backup, ifname: str, ns: ContainerNetns) -> tuple[list[str], list[str]]:
+def restore(backup: Backup, ifname: str, ns: ports.ContainerNetns) -> tuple[list[str], list[str]]:
     """Put the originals back, in reverse order of change; what no longer exists (the
     interface, a per-interface sysctl) is skipped, also when it vanishes midway.
 
@@ -328,9 +333,9 @@ def restore(backup: Backup, ifname: str, ns: ContainerNetns) -> tuple[list[str],
             refused.append(f"{what}: {e}")
     if not backup.link.empty:
         try:
-            link = ns.link(ifname)
+            link = read_link(ns, ifname)
             if link is not None:
-                ns.change_link(ifname, link.index, backup.link, gone_ok=True)
+                change_link(ns, ifname, link.index, backup.link, gone_ok=True)
         except CniError as e:
             (refused if e.code == INVALID_CONFIG else failures).append(str(e))
     return failures, refused

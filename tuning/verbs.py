@@ -18,16 +18,16 @@ if TYPE_CHECKING:
     from common.attachment import Engine
     from common.result import Result
     from common.skel import Request
-    from tuning import apply
     from tuning.backup import Backup, BackupStore
     from tuning.plan import Plan
+    from tuning.ports import Kernel
 
 
-def _kernel(request: Request) -> apply.Kernel:
+def _kernel(request: Request) -> Kernel:
     """The kernel port the request was handed, else the real kernel's."""
     from tuning import apply
 
-    kernel: apply.Kernel = request.kernel or apply.Kernel()
+    kernel: Kernel = request.kernel or apply.Kernel()
     return kernel
 
 
@@ -134,7 +134,7 @@ def check(request: Request) -> None:
         live = apply.read_sysctls(plan, ns, missing_ok=True)
         problems = sysctl_differences(plan, live)
         if not plan.link.empty:
-            link = ns.link(plan.ifname)
+            link = apply.read_link(ns, plan.ifname)
             if link is None:
                 problems.append(f"there is no interface {plan.ifname}")
             else:

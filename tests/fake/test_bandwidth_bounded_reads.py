@@ -20,7 +20,6 @@ import pytest
 from bandwidth import tc
 from bandwidth.model import INGRESS_HANDLE
 from bandwidth.plan import ifb_name
-from common import rtnl
 from common.errors import CONFLICT
 from tests.harness.fake_kernel import FakeKernel, FakeNetns, _encoded
 
@@ -51,7 +50,7 @@ def conf(netns: str) -> dict[str, Any]:
 
 def containers_filters(ns: FakeNetns, device: int, count: int) -> None:
     """What the container adds on its own: u32 rules at prio 2 redirecting to its lo."""
-    modules = rtnl.pyroute2(tc=True)
+    modules = tc.tc_modules()
     for n in range(count):
         msg = tc.tcmsg_class(modules)()
         msg["index"], msg["parent"] = device, INGRESS_HANDLE

@@ -9,15 +9,14 @@ MTU 1400 and accept_redirects=0 on eth0.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-from dataclasses import dataclass
 from typing import Any
 
 from tests.harness.fleet import Member
 from tests.harness.netns import Netns
-from tests.harness.plugins import GO_BIN, OUR_BIN, PluginRun, our
+from tests.harness.plugins import Invocation as Invocation  # the tests' name for it
+from tests.harness.plugins import PluginRun, our
+from tests.harness.plugins import invocation as plugin_invocation
+from tests.harness.plugins import run as run_invocation
 
 NETWORK = "cmp-rel"
 PLUGINS = ("portmap", "bandwidth", "tuning")
@@ -85,15 +84,6 @@ def gc_conf(plugin: str, valid: list[Member], *, backend: str | None = None) -> 
     return body
 
 
-@dataclass(frozen=True)
-class Invocation:
-    """Everything to exec one plugin call as a runtime does, inside the host netns."""
-
-    argv: list[str]
-    env: dict[str, str]
-    stdin: bytes
-
-
 def invocation(
     plugin: str,
     command: str,
@@ -102,27 +92,14 @@ def invocation(
     env: dict[str, str],
     body: dict[str, Any] | None = None,
 ) -> Invocation:
-    full = dict(os.environ)
-    full.update(
-        CNI_COMMAND=command,
-        CNI_CONTAINERID=m.container_id,
-        CNI_IFNAME="eth0",
-        CNI_NETNS=m.ctr.path if command != "GC" else "",
-        CNI_PATH=f"{OUR_BIN}:{GO_BIN}",
-        CNI_ARGS="",
-    )
-    full.update(env)
-    if command == "GC":
-        for var in ("CNI_CONTAINERID", "CNI_IFNAME", "CNI_NETNS"):
-            full.pop(var)
-    body = body if body is not None else conf(plugin, m)
-    # `ip netns exec` execs the plugin in place: the pid we get is the plugin's.
-    argv = ["ip", "netns", "exec", host.name, our(plugin)]
-    return Invocation(argv, full, json.dumps(body).encode())
+    """Member `m`'s call of our `plugin` (a GC names no attachment)."""
+    gc = command == "GC"
+    return plugin_invocation(
+        our(plugin), command, body if body is not None else conf(plugin, m), host=host,
+        container_id=m.container_id, netns="" if gc else m.ctr.path, env=env,
+        drop=("CNI_CONTAINERID", "CNI_IFNAME", "CNI_NETNS") if gc else (),
+    )  # fmt: skip
 
 
 def run(inv: Invocation, timeout: float = 120) -> PluginRun:
-    proc = subprocess.run(
-        inv.argv, input=inv.stdin, env=inv.env, capture_output=True, timeout=timeout
-    )
-    return PluginRun(proc.returncode, proc.stdout.decode(), proc.stderr.decode())
+    return run_invocation(inv, timeout)

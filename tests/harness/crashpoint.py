@@ -15,7 +15,7 @@ JSON at exit: how many crash points a clean call has.
 
 With CRASHPOINT_ACTION=stop the process SIGSTOPs itself there instead: it keeps every
 lock and socket it holds until the test sends SIGCONT, which makes interleavings of two
-plugin calls deterministic (tests/test_races.py). The point may then be any function,
+plugin calls deterministic (tests/kernel/test_races.py). The point may then be any function,
 watched or not.
 """
 
@@ -46,12 +46,13 @@ WATCHED = {
         "portmap.localnet:Registry.claim",
         "portmap.localnet:Registry._put_back",
         "portmap.libnftables:Context.run",
+        "portmap.kernel:XtablesKernel.run",
         *STATE_STEPS,
     ),
     "bandwidth": ("bandwidth.tc:Rtnl._apply_one", *STATE_STEPS),
     "tuning": (
         "tuning.apply:write_sysctl",
-        "tuning.apply:ContainerNetns.change_link",
+        "tuning.apply:change_link",
         *STATE_STEPS,
     ),
     # The package's name (flatnet-ipam's executable runs flatnet_ipam.__main__): its lease

@@ -34,10 +34,24 @@ from bandwidth import tc
 from bandwidth.model import INGRESS_HANDLE, TC_H_INGRESS, TC_H_ROOT
 from common import rtnl
 from common.errors import INVALID_NETNS, CniError
-from common.rtnl import IFF_ALLMULTI, IFF_PROMISC, IFF_UP, NetlinkError, pyroute2
+from common.rtnl import IFF_UP, NetlinkError, pyroute2
 from tuning import apply
 
-FLAG_WORDS = ((IFF_UP, "up"), (IFF_PROMISC, "promisc"), (IFF_ALLMULTI, "allmulti"))
+# A link's flags in dump() and sent(): up, and each flag tuning sets (tuning.apply.FLAGS)
+# by its option's name.
+FLAG_WORDS = ((IFF_UP, "up"), *((getattr(rtnl, bit), word) for word, bit in apply.FLAGS.items()))
+# A fake link's attributes as rtnetlink carries them: its word in dump(), and what a new
+# link has (None: the MAC address 02:00:00:00:00:<ifindex>). _newlink sets each from a
+# request, _link_msg reports each, line() shows each that differs from what a new link
+# has (the MTU always, the alias after the flags). Every attribute tuning sets
+# (tuning.apply.ATTRIBUTES) is one of them: a new tuning link option is one line here.
+LINK_ATTRIBUTES: dict[str, tuple[str, Any]] = {
+    "IFLA_MTU": ("mtu", 1500),
+    "IFLA_TXQLEN": ("txqlen", 1000),
+    "IFLA_ADDRESS": ("mac", None),
+    "IFLA_IFALIAS": ("alias", ""),  # bandwidth's ifb names its owner there
+}
+OWN_PLACE = ("IFLA_MTU", "IFLA_IFALIAS")
 RTM_NAMES = {v: k for k, v in vars(rtnl).items() if k.startswith("RTM_")}
 PROC_SYS = "/proc/sys/"
 
@@ -45,24 +59,34 @@ PROC_SYS = "/proc/sys/"
 class FakeLink:
     def __init__(self, ns: FakeNetns, index: int, name: str, kind: str, **attrs: Any) -> None:
         self.ns, self.index, self.name, self.kind = ns, index, name, kind
-        self.mtu: int = attrs.get("mtu", 1500)
-        self.mac: str = attrs.get("mac", f"02:00:00:00:00:{index:02x}")
+        self.attrs: dict[str, Any] = {
+            nla: attrs.get(word, self.default(nla)) for nla, (word, _) in LINK_ATTRIBUTES.items()
+        }
         self.flags: int = attrs.get("flags", IFF_UP)
-        self.txqlen: int = attrs.get("txqlen", 1000)
-        self.alias: str = attrs.get("alias", "")
         self.min_mtu: int = attrs.get("min_mtu", 68)
         self.max_mtu: int = attrs.get("max_mtu", 65535)
         self.peer: FakeLink | None = None
 
+    def default(self, nla: str) -> Any:
+        """What a new link has."""
+        default = LINK_ATTRIBUTES[nla][1]
+        return f"02:00:00:00:00:{self.index:02x}" if default is None else default
+
+    @property
+    def mtu(self) -> int:
+        return int(self.attrs["IFLA_MTU"])
+
+    @mtu.setter
+    def mtu(self, value: int) -> None:
+        self.attrs["IFLA_MTU"] = value
+
     def line(self) -> str:
         words = [str(self.index), self.name, self.kind or "-", f"mtu {self.mtu}"]
-        if self.txqlen != 1000:
-            words.append(f"txqlen {self.txqlen}")
-        if self.mac != f"02:00:00:00:00:{self.index:02x}":  # the one it was born with
-            words.append(f"mac {self.mac}")
+        words += [f"{word} {self.attrs[nla]}" for nla, (word, _) in LINK_ATTRIBUTES.items()
+                  if nla not in OWN_PLACE and self.attrs[nla] != self.default(nla)]  # fmt: skip
         words += [word for bit, word in FLAG_WORDS if self.flags & bit]
-        if self.alias:
-            words.append(f"alias {self.alias}")
+        if self.attrs["IFLA_IFALIAS"]:
+            words.append(f"alias {self.attrs['IFLA_IFALIAS']}")
         if self.peer is not None:
             words.append(f"peer {self.peer.ns.name}:{self.peer.index}")
         return " ".join(words)
@@ -204,8 +228,8 @@ class FakeKernel:
             plugin, lambda kernel: None
         )(self)
 
-    def open_socket(self, tc: bool = True, netns: str = "") -> FakeSocket:
-        return FakeSocket(self, self._entered(netns) if netns else self.host, tc)
+    def open_socket(self, netns: str = "") -> FakeSocket:
+        return FakeSocket(self, self._entered(netns) if netns else self.host)
 
     def has_device(self, name: str, netns: str = "") -> bool:
         ns = self.namespaces.get(netns)
@@ -289,12 +313,9 @@ class FakeKernel:
         mtu = msg.get_attr("IFLA_MTU")
         if mtu is not None and not link.min_mtu <= mtu <= link.max_mtu:
             raise _error(errno.EINVAL)
-        link.mtu = mtu if mtu is not None else link.mtu
-        link.mac = msg.get_attr("IFLA_ADDRESS") or link.mac
-        link.txqlen = msg.get_attr("IFLA_TXQLEN") if msg.get_attr("IFLA_TXQLEN") is not None \
-            else link.txqlen  # fmt: skip
-        alias = msg.get_attr("IFLA_IFALIAS")
-        link.alias = alias if alias is not None else link.alias
+        for nla in LINK_ATTRIBUTES:
+            value = msg.get_attr(nla)
+            link.attrs[nla] = value if value is not None else link.attrs[nla]
         link.flags = (link.flags & ~msg["change"]) | (msg["flags"] & msg["change"])
         yield from ()
 
@@ -368,40 +389,45 @@ class FakeKernel:
         yield from ()
 
 
-class FakeBandwidthKernel(tc.Kernel):
-    """bandwidth's port: its sockets are answered by a FakeKernel."""
+class FakeBandwidthKernel:
+    """bandwidth's port (bandwidth.ports.Kernel): its sockets are answered by a FakeKernel."""
 
     def __init__(self, kernel: FakeKernel) -> None:
         self.kernel = kernel
 
     def rtnl(self, netns: str = "") -> tc.Rtnl:
-        return tc.Rtnl(self.kernel.open_socket(False, netns))
+        return tc.Rtnl(self.kernel.open_socket(netns))
 
     def has_device(self, name: str, netns: str = "") -> bool:
         return self.kernel.has_device(name, netns)
 
 
-class FakeTuningKernel(apply.Kernel):
-    """tuning's port: a container netns whose socket and files are a FakeKernel's."""
+class FakeTuningKernel:
+    """tuning's port (tuning.ports.Kernel): a container netns whose socket and files are a
+    FakeKernel's."""
 
     def __init__(self, kernel: FakeKernel) -> None:
         self.kernel = kernel
 
-    def netns(self, path: str) -> apply.ContainerNetns:
+    def netns(self, path: str) -> FakeContainerNetns:
         return FakeContainerNetns(self.kernel, path)
 
 
-class FakeContainerNetns(apply.ContainerNetns):
+class FakeContainerNetns:
+    """tuning.ports.ContainerNetns in one of a FakeKernel's namespaces."""
+
     def __init__(self, kernel: FakeKernel, path: str) -> None:
-        super().__init__(path)
-        self.kernel = kernel
+        self.kernel, self.path = kernel, path
 
     def __enter__(self) -> FakeContainerNetns:
         self.fake = self.kernel._entered(self.path)
         return self
 
-    def open_rtnl(self) -> Any:
-        return FakeSocket(self.kernel, self.fake, tc=False)
+    def __exit__(self, *_: object) -> None:
+        pass
+
+    def rtnl(self) -> FakeSocket:
+        return FakeSocket(self.kernel, self.fake)
 
     def read_sysctl(self, file: str) -> str:
         return self.kernel._sysctl(self.fake, file, None)
@@ -416,8 +442,8 @@ class FakeContainerNetns(apply.ContainerNetns):
 class FakeSocket(rtnl.RtnlSocket):
     """common.rtnl.RtnlSocket, answered by a FakeKernel in one namespace."""
 
-    def __init__(self, kernel: FakeKernel, ns: FakeNetns, tc: bool = True) -> None:
-        self.kernel, self.ns, self.modules = kernel, ns, pyroute2(tc)
+    def __init__(self, kernel: FakeKernel, ns: FakeNetns) -> None:
+        self.kernel, self.ns, self.modules = kernel, ns, pyroute2()
         self.netns = ns.path
 
     def close(self) -> None:
@@ -455,16 +481,13 @@ def _copy(msg: Any) -> Any:
 
 
 def _link_msg(link: FakeLink) -> Any:
-    msg = pyroute2(tc=False).ifinfmsg()
+    msg = pyroute2().ifinfmsg()
     msg["index"], msg["flags"] = link.index, link.flags
     msg["attrs"] = [
         ["IFLA_IFNAME", link.name],
-        ["IFLA_MTU", link.mtu],
+        *([nla, value] for nla, value in link.attrs.items()),
         ["IFLA_MIN_MTU", link.min_mtu],
         ["IFLA_MAX_MTU", link.max_mtu],
-        ["IFLA_TXQLEN", link.txqlen],
-        ["IFLA_ADDRESS", link.mac],
-        ["IFLA_IFALIAS", link.alias],
         ["IFLA_LINKINFO", {"attrs": [["IFLA_INFO_KIND", link.kind]]}],
     ]
     if link.peer is not None:

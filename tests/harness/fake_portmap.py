@@ -1,9 +1,11 @@
 """A host's netfilter in memory, for running portmap's verbs without root.
 
-`FakeNetfilter` is the other implementation of portmap's kernel port
-(`portmap.kernel.Kernel`), handed to the verbs as `FakeKernel.run(..., kernel=)`:
+`FakeNetfilter` is the other implementation of portmap's kernel ports (declared in
+`portmap.ports`; it inherits nothing from the host's, `portmap.kernel`, so a port method
+it lacks fails mypy and tests/fake/test_ports.py and never reaches the kernel), handed to
+the verbs as `FakeKernel.run(..., kernel=)`:
 
-* nftables backend (`FakeNft`, a `portmap.kernel.NftKernel`): its contexts' `run(text)`
+* nftables backend (`FakeNft`, a `portmap.ports.NftKernel`): its contexts' `run(text)`
   carry every nft command portmap sends. It keeps the one table portmap makes: its sets
   and maps with their elements (key, comment, data) and its chains with their rules as
   text. A buffer of several commands is one transaction (all or nothing, as libnftables
@@ -11,7 +13,7 @@
   libnftables' text format for what portmap asks. Its netlink looks: `has` sees the
   iptables-nft chains of `FakeXtables` (the Go portmap's nftables table is absent),
   `may_have_element` one element of the table (or a set).
-* iptables backend (`FakeXtables`, a `portmap.kernel.XtablesKernel`): `run` answers every
+* iptables backend (`FakeXtables`, a `portmap.ports.XtablesKernel`): `run` answers every
   iptables-save, iptables -S and iptables-restore call; the tools are all installed, the
   host's `iptables` is iptables-nft and there is no legacy nat table. It keeps each
   (variant, family)'s nat table: chains and rules as `iptables-save -t nat` prints them
@@ -23,7 +25,7 @@
 
 Tests compare exact text: `dump()` of the model and `sent()`, the changes requested
 since the last call, in order (nft's reads too with `sent(reads=True)`). The root tests
-in tests/test_portmap.py prove that the real kernel agrees.
+in tests/kernel/test_portmap.py prove that the real kernel agrees.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ import shlex
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from portmap.kernel import Kernel, NftKernel, Route, XtablesKernel
+from portmap.kernel import Route
 
 TABLE = "cni_meta_portmap"
 ROUTE_LOCALNET = "/proc/sys/net/ipv4/conf/cni0/route_localnet"
@@ -57,7 +59,7 @@ ENOENT, EEXIST, EBUSY = "No such file or directory", "File exists", "Device or r
 # ---------------------------------------------------------------------------- nftables
 
 
-class FakeNft(NftKernel):
+class FakeNft:
     """The table `inet cni_meta_portmap` (None: absent)."""
 
     def __init__(self, record: list[str], xtables: FakeXtables) -> None:
@@ -69,7 +71,7 @@ class FakeNft(NftKernel):
     def usable(self) -> bool:
         return True
 
-    def context(self) -> Any:
+    def context(self) -> FakeNftContext:
         return FakeNftContext(self)
 
     def has(self, family: int, table: str, chain: str | None = None) -> bool:
@@ -218,7 +220,7 @@ class FakeNft(NftKernel):
 
 
 class FakeNftContext:
-    """portmap.libnftables.Context's interface."""
+    """A libnftables context (portmap.ports.NftContext) on the fake table."""
 
     def __init__(self, fake: FakeNft) -> None:
         self.fake = fake
@@ -305,7 +307,7 @@ def _target(rule: str) -> str:
     return words[words.index("-j") + 1] if "-j" in words else ""
 
 
-class FakeXtables(XtablesKernel):
+class FakeXtables:
     """Each (variant, family)'s nat table: {chain: [rule lines as iptables-save prints]}."""
 
     def __init__(self, record: list[str]) -> None:
@@ -321,6 +323,13 @@ class FakeXtables(XtablesKernel):
 
     def legacy_nat_exists(self, family: int) -> bool:
         return False
+
+    def may_have(self, variant: str, family: int, chain: str) -> bool:
+        """As the host's port: iptables-nft's chains are nftables objects (what FakeNft.has
+        sees), and the legacy nat table is absent."""
+        if variant == "nft":
+            return chain in self.tables.get(("nft", family), {})
+        return self.legacy_nat_exists(family)
 
     def table(self, variant: str, family: int) -> dict[str, list[str]]:
         return self.tables.setdefault((variant, family), {c: [] for c in BUILTIN_CHAINS})
@@ -419,15 +428,11 @@ class FakeXtables(XtablesKernel):
 # ---------------------------------------------------------------------------- the host
 
 
-class FakeNetfilter(Kernel):
-    nft: FakeNft
-    xtables: FakeXtables
-
+class FakeNetfilter:
     def __init__(self) -> None:
         self.requests: list[str] = []
         self.xtables = FakeXtables(self.requests)
         self.nft = FakeNft(self.requests, self.xtables)
-        self.xtables.nft = self.nft
         self.sysctls = {ROUTE_LOCALNET: "0"}
         self.routes: dict[str, Route | None] = {}  # prefix -> the route to it
 

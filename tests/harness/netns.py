@@ -1,15 +1,15 @@
-"""Throwaway "host" and "container" network namespaces.
+"""Throwaway "host" and "container" network namespaces: cnichain.netns's, named cmpt-*.
 
 Every kernel test runs the plugins inside a host netns it created and puts the container
 in another; deleting the namespaces removes every veth, bridge, ifb, qdisc, nft table and
-iptables rule made inside them, so cleanup cannot miss a kind of object.
+iptables rule made inside them, so cleanup cannot miss a kind of object. The namespaces
+are made and removed by the API the project ships (cnichain.netns), as its users' are.
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -38,16 +38,13 @@ class Netns(api_netns.Netns):
 
 
 def create(role: str) -> Netns:
-    ns = Netns(f"{PREFIX}-{role}-{uuid.uuid4().hex[:10]}")
-    sh("ip", "netns", "add", ns.name)
+    ns = Netns(api_netns.create(role, PREFIX).name)
     _created.add(ns.name)
-    ns.ip("link", "set", "lo", "up")
     return ns
 
 
-def delete(ns: Netns) -> None:
-    if os.path.exists(ns.path):
-        sh("ip", "netns", "del", ns.name, check=False)
+def delete(ns: api_netns.Netns) -> None:
+    api_netns.delete(ns)
 
 
 @contextmanager

@@ -41,7 +41,18 @@ class PluginRun:
         return self
 
 
-def run_plugin(
+@dataclass(frozen=True)
+class Invocation:
+    """Everything to exec one plugin call as a runtime does: argv (inside a host netns
+    through `ip netns exec`, which execs the plugin in place: the pid is the plugin's),
+    the environment and stdin."""
+
+    argv: list[str]
+    env: dict[str, str]
+    stdin: bytes
+
+
+def invocation(
     exe: str,
     command: str,
     conf: dict[str, Any] | str | bytes | None,
@@ -53,8 +64,8 @@ def run_plugin(
     cni_args: str = "",
     env: dict[str, str] | None = None,
     drop: tuple[str, ...] = (),
-) -> PluginRun:
-    """Exec one plugin as a runtime does (inside `host` when given)."""
+) -> Invocation:
+    """One plugin call (inside `host` when given), not yet run."""
     full = dict(os.environ)
     full.update(
         CNI_COMMAND=command,
@@ -76,8 +87,33 @@ def run_plugin(
     else:
         data = json.dumps(conf).encode()
     argv = ["ip", "netns", "exec", host.name, exe] if host else [exe]
-    proc = subprocess.run(argv, input=data, env=full, capture_output=True, check=False)
+    return Invocation(argv, full, data)
+
+
+def run(inv: Invocation, timeout: float | None = None) -> PluginRun:
+    proc = subprocess.run(
+        inv.argv, input=inv.stdin, env=inv.env, capture_output=True, check=False, timeout=timeout
+    )
     return PluginRun(proc.returncode, proc.stdout.decode(), proc.stderr.decode())
+
+
+def run_plugin(
+    exe: str,
+    command: str,
+    conf: dict[str, Any] | str | bytes | None,
+    *,
+    host: Netns | None = None,
+    container_id: str = "ctr1",
+    ifname: str = "eth0",
+    netns: str = "",
+    cni_args: str = "",
+    env: dict[str, str] | None = None,
+    drop: tuple[str, ...] = (),
+) -> PluginRun:
+    """Exec one plugin as a runtime does (inside `host` when given)."""
+    call = invocation(exe, command, conf, host=host, container_id=container_id, ifname=ifname,
+                      netns=netns, cni_args=cni_args, env=env, drop=drop)  # fmt: skip
+    return run(call)
 
 
 def load_conflist(name: str, workdir: Path, **overrides: Any) -> Path:

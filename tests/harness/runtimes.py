@@ -32,6 +32,21 @@ from typing import Any
 from tests.harness.netns import Netns
 from tests.harness.plugins import CONFLISTS, GO_BIN, OUR_BIN, REPO, PluginRun
 
+HOST_ADDR = "198.51.100.1"  # the host's "uplink" address, inside the test's host netns
+CLIENT_ADDR = "198.51.100.2"  # a client machine on that uplink (its own netns)
+HOST_ADDR6 = "2001:db8:51::1"
+CLIENT_ADDR6 = "2001:db8:51::2"
+
+
+@dataclass
+class Uplink:
+    client: Netns
+    host_addr: str = HOST_ADDR
+    client_addr: str = CLIENT_ADDR
+    host_addr6: str = HOST_ADDR6
+    client_addr6: str = CLIENT_ADDR6
+
+
 INSTALL_SH = REPO / "deploy" / "install.sh"
 BUSYBOX = Path("/bin/busybox")
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"

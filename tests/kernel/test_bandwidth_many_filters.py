@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from bandwidth.plan import ifb_name
-from tests.conftest import Lab
+from tests.harness.lab import Lab
 from tests.harness.netns import Netns
 from tests.harness.plugins import GO_BIN, OUR_BIN, REPO, PluginRun, our, run_plugin
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Lab
+from tests.harness.lab import Lab
 from tests.harness.plugins import REPO, PluginRun, go, our, run_plugin
 
 pytestmark = pytest.mark.root

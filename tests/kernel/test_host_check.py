@@ -8,8 +8,8 @@ import os
 
 import pytest
 
-from tests.conftest import host_snapshot
 from tests.harness import snapshot as snap
+from tests.harness.lab import host_snapshot
 
 pytestmark = pytest.mark.root
 

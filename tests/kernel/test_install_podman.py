@@ -1,6 +1,6 @@
 """After an install, the node's podman must run our plugins, or install.sh says the one
 line that makes it so. Debian's podman 4.3 searches /usr/lib/cni (the Go plugins of
-containernetworking-plugins) before /opt/cni/bin. Scratch roots, as tests/test_install.py.
+containernetworking-plugins) before /opt/cni/bin. Scratch roots, as tests/runtimes/test_install.py.
 """
 
 from __future__ import annotations

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import Lab
+from tests.harness.lab import Lab
+from tests.harness.portmap_world import HOST4, HOST4B, make_world
 from tests.harness.traffic import echo_server, reaches
-from tests.portmap_world import HOST4, HOST4B, make_world
 
 pytestmark = pytest.mark.root
 

@@ -18,11 +18,11 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Lab
+from tests.harness.lab import Lab
 from tests.harness.netns import Netns
 from tests.harness.plugins import our, run_plugin
+from tests.harness.portmap_world import EXT4, HOST4, World, add_ext
 from tests.harness.traffic import echo_server, reaches
-from tests.portmap_world import EXT4, HOST4, World, add_ext
 
 pytestmark = pytest.mark.root
 

@@ -25,12 +25,12 @@ import pytest
 from common.digest import sha512_hex
 from common.identity import Attachment
 from portmap.nft import owner_element
-from tests.conftest import Lab
+from tests.harness.lab import Lab
 from tests.harness.names import colliding_names
 from tests.harness.netns import Netns
 from tests.harness.plugins import GO_BIN, Chain, load_conflist, our, run_plugin
+from tests.harness.portmap_world import HOST4, add_ext, comments
 from tests.harness.traffic import echo_server, reaches
-from tests.portmap_world import HOST4, add_ext, comments
 
 pytestmark = pytest.mark.root
 

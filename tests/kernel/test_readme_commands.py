@@ -32,10 +32,10 @@ README = REPO / "README.md"
 # Not run here: the two set-up commands (what CI runs anyway, and heavy), and what needs a
 # built image or a cluster. Each with the reason.
 NOT_HERE = {
-    "make demo": "the set-up command itself (CI runs it; tests/test_demo.py)",
+    "make demo": "the set-up command itself (CI runs it; tests/kernel/test_demo.py)",
     "make test": "the set-up command itself (what CI runs)",
-    "make image": "builds the DaemonSet image (tests/test_image.py)",
-    "podman": "runs the DaemonSet image (tests/test_image.py)",
+    "make image": "builds the DaemonSet image (tests/runtimes/test_image.py)",
+    "podman": "runs the DaemonSet image (tests/runtimes/test_image.py)",
     "kubectl": "needs a Kubernetes cluster",
 }
 NETWORK = ("ip", "cni-chain")

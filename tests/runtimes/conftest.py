@@ -8,19 +8,20 @@ states the behaviour to match) and once with ours installed first in the plugin 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import Lab
-from tests.harness.netns import Netns
-from tests.harness.runtimes import install_ours, plugin_dirs
-
-HOST_ADDR = "198.51.100.1"  # the host's "uplink" address, inside the test's host netns
-CLIENT_ADDR = "198.51.100.2"  # a client machine on that uplink (its own netns)
-HOST_ADDR6 = "2001:db8:51::1"
-CLIENT_ADDR6 = "2001:db8:51::2"
+from tests.harness.lab import Lab
+from tests.harness.runtimes import (
+    CLIENT_ADDR,
+    CLIENT_ADDR6,
+    HOST_ADDR,
+    HOST_ADDR6,
+    Uplink,
+    install_ours,
+    plugin_dirs,
+)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -42,15 +43,6 @@ def flavour(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def cni_dirs(flavour: str, our_bin: Path) -> list[str]:
     return plugin_dirs(flavour, our_bin)
-
-
-@dataclass
-class Uplink:
-    client: Netns
-    host_addr: str = HOST_ADDR
-    client_addr: str = CLIENT_ADDR
-    host_addr6: str = HOST_ADDR6
-    client_addr6: str = CLIENT_ADDR6
 
 
 @pytest.fixture

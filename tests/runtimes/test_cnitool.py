@@ -18,12 +18,13 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Lab
 from tests.harness import cnitool
+from tests.harness.lab import Lab
 from tests.harness.netns import Netns
 from tests.harness.plugins import CONFLISTS, PluginRun
 from tests.harness.runtimes import (
     MountJail,
+    Uplink,
     files_under,
     have,
     kernel_snapshot,
@@ -32,7 +33,6 @@ from tests.harness.runtimes import (
     write_conflist,
 )
 from tests.harness.traffic import echo_server, reaches
-from tests.runtimes.conftest import Uplink
 
 pytestmark = [pytest.mark.root, pytest.mark.runtime]
 

@@ -14,11 +14,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.conftest import Lab
 from tests.harness.containerd import Containerd, containerd
-from tests.harness.runtimes import files_under, kernel_snapshot, leftover_state
+from tests.harness.lab import Lab
+from tests.harness.runtimes import Uplink, files_under, kernel_snapshot, leftover_state
 from tests.harness.traffic import echo_server, measure_throughput, reaches
-from tests.runtimes.conftest import Uplink
 
 pytestmark = [
     pytest.mark.root,

@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Lab
+from tests.harness.lab import Lab
 from tests.harness.runtimes import (
     Podman,
+    Uplink,
     files_under,
     have,
     kernel_snapshot,
@@ -24,7 +25,6 @@ from tests.harness.runtimes import (
     podman,
 )
 from tests.harness.traffic import echo_server, reaches
-from tests.runtimes.conftest import Uplink
 
 pytestmark = [
     pytest.mark.root,
