@@ -69,6 +69,17 @@ class Options(Value):
     def conditions(self, family: int) -> Conditions:
         return self.conditions_v4 if family == 4 else self.conditions_v6
 
+    @property
+    def needs(self) -> str:
+        """The backend these options need when none is configured: iptables for what only
+        it has (externalSetMarkChain, iptables-style conditions: Go picks iptables for
+        them, so a config written for Go means the same here), nftables for conditions
+        in nft syntax; "" when either will do."""
+        families = (self.conditions_v4, self.conditions_v6)
+        if self.external_set_mark_chain or any(c.iptables_style for c in families):
+            return BACKENDS[1]
+        return BACKENDS[0] if any(c.matches for c in families) else ""
+
 
 def network_tag(network: str) -> str:
     """The first part of the tags of `network`'s attachments (GC looks for it)."""
@@ -268,8 +279,9 @@ class Match(Value):
 
 
 class Conditions(Value):
-    """A family's conditionsV4/V6, parsed once; each backend renders them
-    (portmap.nft.render_conditions, portmap.xtables.condition_words)."""
+    """A family's conditionsV4/V6, parsed once (what a backend cannot apply is refused
+    here); each backend renders them (portmap.nft.render_conditions,
+    portmap.xtables.condition_words)."""
 
     family: int
     matches: tuple[Match, ...] = ()
@@ -566,6 +578,8 @@ def parse_options(body: JsonObject) -> Options:
                 "write it as iptables arguments (e.g. ['!', '-s', '10.0.0.0/8']), or remove "
                 '"backend" to use nftables',
             )
+        if backend == "nftables":
+            _refuse_untranslatable(parsed)
     return Options(
         snat=body.boolean("snat", True),
         masq_all=body.boolean("masqAll", False),
@@ -575,6 +589,20 @@ def parse_options(body: JsonObject) -> Options:
         conditions_v6=conditions["conditionsV6"],
         backend=backend,
     )
+
+
+def _refuse_untranslatable(conditions: Conditions) -> None:
+    """Conditions the nftables backend is to apply must all have an nft expression: one
+    written as iptables arguments that nft has no translation for is error 7, saying
+    what to write instead."""
+    for i, match in enumerate(conditions.matches):
+        if not match.nft:
+            rest = " ".join(w for later in conditions.matches[i:] for w in later.iptables)
+            raise invalid_config(
+                f"{conditions.key}: cannot translate iptables condition {rest[:60]!r} to nftables",
+                "write it in nft syntax (e.g. 'ip saddr 10.0.0.0/8'), or set "
+                '"backend": "iptables"',
+            )
 
 
 def parse(conf: NetConf) -> PortmapConfig:

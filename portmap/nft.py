@@ -8,7 +8,7 @@ from __future__ import annotations
 from itertools import pairwise
 
 from common.digest import sha256_hex
-from common.errors import CONFLICT, KERNEL_FAILURE, STATUS_UNAVAILABLE, CniError, invalid_config
+from common.errors import CONFLICT, KERNEL_FAILURE, STATUS_UNAVAILABLE, CniError
 from common.values import OrderedValue, Value
 from portmap import state
 from portmap.config import (
@@ -53,16 +53,7 @@ OWNERS_SET = f"add set {T} {OWNERS} {{ type ipv6_addr; }}"
 
 
 def render_conditions(conditions: Conditions) -> tuple[str, ...]:
-    """The conditions as nft expressions; one written as iptables arguments that nft has
-    no translation for is error 7, saying what to write instead."""
-    for i, match in enumerate(conditions.matches):
-        if not match.nft:
-            rest = " ".join(w for later in conditions.matches[i:] for w in later.iptables)
-            raise invalid_config(
-                f"{conditions.key}: cannot translate iptables condition {rest[:60]!r} to nftables",
-                "write it in nft syntax (e.g. 'ip saddr 10.0.0.0/8'), or set "
-                '"backend": "iptables"',
-            )
+    """The conditions as nft expressions (parse refused those nft cannot express)."""
     return tuple(match.nft for match in conditions.matches)
 
 
@@ -608,10 +599,7 @@ class NftBackend:
                 mine: list[Element] = []  # usually the runtime's second DEL
             else:
                 if candidates is None and plan is not None and not plan.empty:
-                    try:
-                        candidates = plan_elements(plan)
-                    except CniError as e:  # conditions nft cannot express: look at everything
-                        self.log.warning(f"cannot plan from the DEL config: {e}")
+                    candidates = plan_elements(plan)
                 if candidates is None:
                     mine = sorted(e for e, c in nft.listing() if tag_of(c) == att.tag)
                 else:

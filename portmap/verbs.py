@@ -78,16 +78,9 @@ def _make(name: str, sd: AttachmentStore, log: Log, kernel: Kernel) -> Backend:
 
 
 def _configured(options: cfg.Options, kernel: Kernel) -> str:
-    """The configured backend; for auto, iptables when the config uses what only iptables
-    has (externalSetMarkChain, iptables-style conditions: Go picks iptables for them, so
-    a config written for Go means the same here), else nftables where libnftables works."""
-    if options.backend:
-        return options.backend
-    if options.external_set_mark_chain or any(
-        options.conditions(family).iptables_style for family in (4, 6)
-    ):
-        return IPTABLES
-    return NFTABLES if kernel.nft.usable() else IPTABLES
+    """The configured backend; for auto, the one the options need (cfg.Options.needs),
+    else nftables where libnftables works."""
+    return options.backend or options.needs or (NFTABLES if kernel.nft.usable() else IPTABLES)
 
 
 def choose(options: cfg.Options, sd: AttachmentStore, log: Log, kernel: Kernel) -> Backend:

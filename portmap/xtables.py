@@ -379,12 +379,8 @@ def chain_order(forwards: tuple[Forward, ...]) -> list[Forward]:
 
 
 def condition_words(conditions: Conditions) -> Words:
-    """The conditions as iptables arguments, as written (Go puts them in its jumps)."""
-    if conditions.matches and not conditions.iptables_style:
-        raise invalid_config(
-            f"{conditions.key} are nft expressions, but the backend is iptables",
-            'give iptables arguments (e.g. ["-s", "10.0.0.0/8"]) or use "backend": "nftables"',
-        )
+    """The conditions as iptables arguments, as written (Go puts them in its jumps; parse
+    refused nft expressions for this backend)."""
     return [word for match in conditions.matches for word in match.iptables]
 
 
@@ -616,8 +612,6 @@ class XtablesBackend:
 
     def add(self, plan: Plan) -> None:
         att = plan.attachment
-        for fp in plan.families:
-            condition_words(fp.conditions)  # a config iptables cannot express changes nothing
         with self.engine.add(att) as change:
             variant = self._variant()
             previous = self._where(att, change.previous) or []
@@ -690,8 +684,6 @@ class XtablesBackend:
         return result
 
     def check(self, plan: Plan) -> list[str]:
-        for fp in plan.families:
-            condition_words(fp.conditions)
         att = plan.attachment
         recorded = {f: (c, v) for f, c, v in self._where(att, self.sd.load(att)) or []}
         go = chain_name(att)
