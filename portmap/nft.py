@@ -482,6 +482,11 @@ class NftBackend:
     def owns(self, recorded: state.Recorded | None) -> bool:
         return recorded is not None and recorded.backend == NAME
 
+    def may_hold(self) -> bool:
+        """False: an ADD records its elements before it writes them (the engine's intent),
+        so the records name every attachment that may have some."""
+        return False
+
     # -- ADD ---------------------------------------------------------------------------
 
     def add(self, plan: Plan) -> None:

@@ -42,6 +42,8 @@ if TYPE_CHECKING:
 
         def check(self, plan: Plan) -> list[str]: ...  # what differs from the plan
 
+        def may_hold(self) -> bool: ...  # mappings no record names (GC looks for them)
+
         def gc(self, network: str, valid: set[AttachmentId], before: Stamps) -> UdpTargets: ...
 
         def status(self) -> None: ...
@@ -101,14 +103,11 @@ def for_gc(
     options: cfg.Options, network: str, sd: AttachmentStore, log: Log, kernel: Kernel
 ) -> list[Backend]:
     """Every backend that may hold mappings of `network`: the config's, those of its
-    records, and iptables wherever CNI-HOSTPORT-DNAT is: its chains are the Go portmap's
-    too, made perhaps before ours was installed (a cheap look)."""
+    records, and each that says it may hold mappings no record names (Backend.may_hold)."""
     names = {_configured(options, kernel)}
     names |= {e.backend for e in sd.entries(network).values() if e.backend in cfg.BACKENDS}
-    top = "CNI-HOSTPORT-DNAT"
-    if any(kernel.xtables.may_have(v, f, top) for v in ("nft", "legacy") for f in (4, 6)):
-        names.add(IPTABLES)
-    return [_make(name, sd, log, kernel) for name in sorted(names)]
+    backends = [_make(name, sd, log, kernel) for name in sorted(cfg.BACKENDS)]
+    return [b for b in backends if b.name in names or b.may_hold()]
 
 
 # ---------------------------------------------------------------------------- host extras

@@ -565,6 +565,11 @@ class XtablesBackend:
     def owns(self, recorded: state.Recorded | None) -> bool:
         return recorded is not None and recorded.backend == NAME
 
+    def may_hold(self) -> bool:
+        """Wherever CNI-HOSTPORT-DNAT may be (a cheap look per variant and family): its
+        chains are the Go portmap's too, made perhaps before ours was installed."""
+        return any(self.port.may_have(v, f, TOP) for v in VARIANTS for f in (4, 6))
+
     def _variant(self) -> str:
         """The variant of this call, decided once; its IPv4 table is kept for the first
         read (call under the lock when it is to be written)."""
