@@ -438,34 +438,21 @@ def _owned(nft: Nft, candidates: list[Element], tag: str) -> list[Element]:
     return sorted(e for e, (comment, _) in live.items() if tag_of(comment) == tag)
 
 
-# What our set names and element keys are made of (addresses, protocol names, ports, " . "
-# between them). Keys read back from a state file or a listing go into `get`/`delete`
-# text, so one holding anything else (a quote, a brace, a newline) is not ours.
-_SET_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_")
-_KEY_CHARS = frozenset("0123456789abcdef.:/ tpus")
-
-
 def is_plain(e: Element) -> bool:
-    return bool(e.set and e.key) and set(e.set) <= _SET_NAME_CHARS and set(e.key) <= _KEY_CHARS
+    return state.plain(e.set, e.key)
 
 
 def recorded_elements(recorded: state.Recorded | None) -> list[Element] | None:
-    """What a record of this backend lists, the plain elements only (see is_plain)."""
-    if recorded is None or recorded.backend != NAME:
+    """What a record of this backend lists (the store kept the plain elements only)."""
+    if not isinstance(recorded, state.NftRecord):
         return None
-    elements = [
-        Element(*item)
-        for item in recorded.objects
-        if isinstance(item, list) and len(item) == 2 and all(isinstance(x, str) for x in item)
-    ]
-    return [e for e in elements if is_plain(e)]
+    return [Element(name, key) for name, key in recorded.elements]
 
 
-def record_of(att: Attachment, elements: Iterable[Element]) -> state.Recorded:
+def record_of(att: Attachment, elements: Iterable[Element]) -> state.NftRecord:
     """The attachment's record saying that `elements` are its own."""
-    objects = [[name, key] for name, key in sorted({(e.set, e.key) for e in elements})]
-    owner = (att.network, att.container_id, att.ifname)
-    return state.Recorded(*owner, backend=NAME, objects=objects)
+    owned = tuple(sorted({(e.set, e.key) for e in elements}))
+    return state.NftRecord(att.network, att.container_id, att.ifname, elements=owned)
 
 
 class NftBackend:
@@ -480,7 +467,7 @@ class NftBackend:
         self.engine = Engine(sd, log, LOCK)
 
     def owns(self, recorded: state.Recorded | None) -> bool:
-        return recorded is not None and recorded.backend == NAME
+        return isinstance(recorded, state.NftRecord)
 
     def may_hold(self) -> bool:
         """False: an ADD records its elements before it writes them (the engine's intent),

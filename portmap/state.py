@@ -13,7 +13,8 @@ from common.env import plugin_dir
 from common.errors import CONFLICT, CniError
 from common.jsonobj import listed, text
 from common.state import AttachmentStore, Key, Record, tagged_name
-from common.values import field
+from common.values import Value
+from portmap.config import CHAIN_PREFIX
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from common.log import Log
 
 PLUGIN = "portmap"
+VARIANTS = ("nft", "legacy")  # the iptables tools' variants, as records name them
 
 
 def store(log: Log | None = None) -> AttachmentStore:
@@ -30,14 +32,83 @@ def store(log: Log | None = None) -> AttachmentStore:
 
 
 class Recorded(Record):
-    """`objects` as the backend spells them. Tolerant: what is not as written reads as ""
-    or empty (the kernel decides). Named by the attachment's tag (common.state.tagged_name),
-    which its kernel objects carry too."""
+    """An attachment's record; the store decodes it as its backend's (NftRecord,
+    XtablesRecord), a record of neither as this. Tolerant: what is not as written reads
+    as "" or is left out (the kernel decides). Named by the attachment's tag
+    (common.state.tagged_name), which its kernel objects carry too."""
 
     backend: str = ""
-    objects: list[Any] = field(default_factory=list)
     TOLERANT = True
-    KEYS = {"backend": Key("backend", text), "objects": Key("objects", listed)}
+    KEYS = {"backend": Key("backend", text)}
+
+    @classmethod
+    def from_json(cls, raw: Any) -> Any:
+        backend = raw.get("backend") if isinstance(raw, dict) else None
+        kind = _KINDS.get(backend) if isinstance(backend, str) else None
+        return super().from_json(raw) if kind is None or kind is cls else kind.from_json(raw)
+
+
+# What nftables set names and element keys of ours are made of (addresses, protocol
+# names, ports, " . " between them). Keys read back from a record or a listing go into
+# `get`/`delete element` text, so one holding anything else (a quote, a brace, a
+# newline) is not ours.
+_SET_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_")
+_KEY_CHARS = frozenset("0123456789abcdef.:/ tpus")
+
+
+def plain(name: Any, key: Any) -> bool:
+    """Whether (name, key) is an element of ours (see above)."""
+    if not (isinstance(name, str) and isinstance(key, str) and name and key):
+        return False
+    return set(name) <= _SET_NAME_CHARS and set(key) <= _KEY_CHARS
+
+
+def _elements(value: Any) -> tuple[tuple[str, str], ...]:
+    items = [i for i in listed(value) if isinstance(i, list) and len(i) == 2]
+    return tuple((s, k) for s, k in items if plain(s, k))
+
+
+class NftRecord(Recorded):
+    """nftables: (set, key) of each element the attachment owns, the plain ones."""
+
+    backend: str = "nftables"
+    elements: tuple[tuple[str, str], ...] = ()
+    KEYS = {**Recorded.KEYS, "elements": Key("objects", _elements, lambda e: [*map(list, e)])}
+
+
+class Chain(Value):
+    """iptables: one family's chain of an attachment, in one variant's nat table. A name
+    of the tag-based naming reads as "" (the backend names it); without a variant, the
+    chain is in the legacy tables."""
+
+    family: int
+    name: str
+    variant: str
+
+
+def _chains(value: Any) -> tuple[Chain, ...]:
+    out = []
+    for item in listed(value):
+        if isinstance(item, list) and item and item[0] in (4, 6):
+            name = item[1] if len(item) > 1 and isinstance(item[1], str) else ""
+            ours = name.startswith(CHAIN_PREFIX) and len(name) <= 28
+            variant = item[2] if len(item) > 2 and item[2] in VARIANTS else "legacy"
+            out.append(Chain(int(item[0]), name if ours else "", str(variant)))
+    return tuple(out)
+
+
+class XtablesRecord(Recorded):
+    """iptables: the attachment's chain of each family."""
+
+    backend: str = "iptables"
+    chains: tuple[Chain, ...] = ()
+    KEYS = {
+        **Recorded.KEYS,
+        "chains": Key("objects", _chains, lambda cs: [[c.family, c.name, c.variant] for c in cs]),
+    }
+
+
+_KINDS: dict[Any, type[Recorded]] = {"nftables": NftRecord, "iptables": XtablesRecord}
 
 
 def owner_name(store: AttachmentStore, comment: str) -> str:

@@ -589,7 +589,7 @@ def old_naming(w: World, cid: str, port: int, record: bool) -> str:
         f'--comment "portmap {att.comment}" -j {old}'
     )
     if record:
-        entry = state.Recorded(NET, cid, "eth0", backend="iptables", objects=[[4, old, "nft"]])
+        entry = state.XtablesRecord(NET, cid, "eth0", chains=(state.Chain(4, old, "nft"),))
         state.store().save(att, entry)
     return old
 

@@ -121,7 +121,7 @@ def old_naming(w: World, network: str, cid: str, port: int, ip: str) -> str:
         f"-A CNI-HOSTPORT-DNAT -p tcp -m tcp --dport {port} -m comment "
         f'--comment "portmap {att.comment}" -j {old}'
     )
-    entry = state.Recorded(network, cid, "eth0", backend="iptables", objects=[[4, old, "nft"]])
+    entry = state.XtablesRecord(network, cid, "eth0", chains=(state.Chain(4, old, "nft"),))
     state.store().save(att, entry)
     return old
 
