@@ -25,6 +25,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
+    from common.attachment import Change
     from common.gc import AttachmentId
     from common.log import Log
     from common.state import AttachmentStore, Stamps
@@ -477,50 +478,62 @@ class NftBackend:
     # -- ADD ---------------------------------------------------------------------------
 
     def add(self, plan: Plan) -> None:
+        """Every transaction is all or nothing: a failed one leaves the kernel as it was,
+        so a failed ADD needs no undo, only the record of what is still ours."""
         att = plan.attachment
         wanted = plan_elements(plan)
-        masq = [line for text in plan_masq_texts(plan).values() for line in text]
-        # Every transaction below is all or nothing: a failed one leaves the kernel as it
-        # was, so a failed ADD needs no undo, only the record of what is still ours.
         with self.engine.add(att) as change:
             nft = Nft(self.port)
-            recorded = change.previous
-            previous = recorded_elements(recorded) or []
-            # Fast path: no read at all. libnftables fills its cache with every element of
-            # the table on the first read of a process (time linear in the mappings), but
-            # not for a write. The record says what we own, and deleting our proof of
-            # ownership with it (OWNERS) makes sure it still is; if anything is off (no
-            # table yet, a new lane, an element gone or another's, a conflict), the write
-            # fails as a whole and the careful path below reads and repairs. The masq
-            # chains are left out here: a `goto` element fails the same way while its
-            # chain is missing, and rewriting one that is there (flush and add rules)
-            # would make the kernel free the old rules after an RCU grace period, which
-            # the process waits for when its netlink socket closes.
-            fast = recorded is None or recorded.committed
-            if fast and proves_ownership(previous, att):
-                change.intend(record_of(att, [*previous, *wanted]))
-                lines = [*delete_text(previous), *add_text(wanted, att.comment)]
-                if nft.run("\n".join(lines))[0] == 0:
-                    change.confirm(record_of(att, wanted))
-                    return
-            mine = _owned(nft, previous, att.tag)
-            change.found(record_of(att, mine) if mine else None)
-            setup = self._missing_setup(nft, plan)
-            change.intend(record_of(att, [*mine, *wanted]))
-            for _attempt in range(2):
-                lines = [*setup, *delete_text(mine), *masq, *add_text(wanted, att.comment)]
-                rc, _, err = nft.run("\n".join(lines))
-                if rc == 0:
-                    change.confirm(record_of(att, wanted))
-                    return
-                # Our own leftovers the record did not know of (it was lost): remove them
-                # too and try once more. Anybody else's: a conflict, named.
-                stale = self._collisions(nft, wanted, att)
-                if not stale:
-                    break
-                mine = sorted(set(mine) | set(stale))
-                change.found(record_of(att, mine))
-            raise CniError(KERNEL_FAILURE, "nftables refused the port mappings", first_error(err))
+            if not self._fast_add(nft, change, plan, wanted):
+                self._careful_add(nft, change, plan, wanted)
+
+    def _fast_add(self, nft: Nft, change: Change, plan: Plan, wanted: list[Element]) -> bool:
+        """Write without reading (whether it did). libnftables fills its cache with every
+        element of the table on the first read of a process (time linear in the
+        mappings), but not for a write. The record says what we own, and deleting our
+        proof of ownership with it (OWNERS) makes sure it still is; if anything is off
+        (no table yet, a new lane, an element gone or another's, a conflict), the write
+        fails as a whole and the careful path reads and repairs. The masq chains are left
+        out: a `goto` element fails the same way while its chain is missing, and
+        rewriting one that is there (flush and add rules) would make the kernel free the
+        old rules after an RCU grace period, which the process waits for when its netlink
+        socket closes."""
+        att, recorded = plan.attachment, change.previous
+        previous = recorded_elements(recorded) or []
+        if recorded is not None and not recorded.committed:
+            return False  # an intent: what it lists may or may not be there
+        if not proves_ownership(previous, att):
+            return False
+        change.intend(record_of(att, [*previous, *wanted]))
+        lines = [*delete_text(previous), *add_text(wanted, att.comment)]
+        if nft.run("\n".join(lines))[0] != 0:
+            return False
+        change.confirm(record_of(att, wanted))
+        return True
+
+    def _careful_add(self, nft: Nft, change: Change, plan: Plan, wanted: list[Element]) -> None:
+        """Read what of the record is still ours, create what the table lacks, rewrite the
+        masq chains, write. Our own leftovers that the record did not know of (it was
+        lost) are removed too and the write tried once more; anybody else's: a conflict,
+        named."""
+        att = plan.attachment
+        mine = _owned(nft, recorded_elements(change.previous) or [], att.tag)
+        change.found(record_of(att, mine) if mine else None)
+        setup = self._missing_setup(nft, plan)
+        masq = [line for text in plan_masq_texts(plan).values() for line in text]
+        change.intend(record_of(att, [*mine, *wanted]))
+        for _attempt in range(2):
+            lines = [*setup, *delete_text(mine), *masq, *add_text(wanted, att.comment)]
+            rc, _, err = nft.run("\n".join(lines))
+            if rc == 0:
+                change.confirm(record_of(att, wanted))
+                return
+            stale = self._collisions(nft, wanted, att)
+            if not stale:
+                break
+            mine = sorted(set(mine) | set(stale))
+            change.found(record_of(att, mine))
+        raise CniError(KERNEL_FAILURE, "nftables refused the port mappings", first_error(err))
 
     def _missing_setup(self, nft: Nft, plan: Plan) -> list[str]:
         lanes = plan_lanes(plan)
@@ -576,42 +589,50 @@ class NftBackend:
 
     def delete(self, att: Attachment, plan: Plan | None) -> UdpTargets:
         def teardown(recorded: state.Recorded | None) -> UdpTargets:
-            candidates = recorded_elements(recorded)
             nft = Nft(self.port)
-            committed = candidates if recorded and recorded.committed else None
-            # Fast path (no read, see add): the record says exactly what we own, and the
-            # transaction fails unless our proof of ownership is still there.
-            if (
-                committed
-                and proves_ownership(committed, att)
-                and self._delete_owned(nft, att, committed)[0] == 0
-            ):
+            committed = recorded_elements(recorded) if recorded and recorded.committed else None
+            if committed and self._fast_delete(nft, att, committed):
                 return udp_targets(committed)
-            if not self.owns(recorded) and not self._may_hold(att):
-                mine: list[Element] = []  # usually the runtime's second DEL
-            else:
-                if candidates is None and plan is not None and not plan.empty:
-                    candidates = plan_elements(plan)
-                if candidates is None:
-                    mine = sorted(e for e, c in nft.listing() if tag_of(c) == att.tag)
-                else:
-                    mine = _owned(nft, candidates, att.tag) if candidates else []
-            rc, err = self._delete_owned(nft, att, mine)
-            if rc != 0 and nft.table_exists():
-                # A transaction fails as a whole when one of its objects is gone (someone
-                # deleted it meanwhile): once more with what is left of ours.
-                rc, err = self._delete_owned(nft, att, _owned(nft, mine, att.tag))
-            if rc != 0 and nft.table_exists():
-                raise CniError(
-                    KERNEL_FAILURE, f"nftables refused to delete the port mappings of {att}",
-                    first_error(err),
-                )  # fmt: skip
+            mine = self._own_elements(nft, att, recorded, plan)
+            self._careful_delete(nft, att, mine)
             # What the record knew as ours was so until a moment ago, even when it
             # vanished before this DEL saw it: its flows must not outlive it.
             return udp_targets(sorted(set(mine) | set(committed or ())))
 
         result: UdpTargets = self.engine.delete(att, teardown)
         return result
+
+    def _fast_delete(self, nft: Nft, att: Attachment, committed: list[Element]) -> bool:
+        """Delete without reading (whether it did, see _fast_add): the record says exactly
+        what we own, and the transaction fails unless our proof of ownership is there."""
+        return proves_ownership(committed, att) and self._delete_owned(nft, att, committed)[0] == 0
+
+    def _own_elements(
+        self, nft: Nft, att: Attachment, recorded: state.Recorded | None, plan: Plan | None
+    ) -> list[Element]:
+        """What the table holds of `att`'s: of what its record lists, else of what the
+        DEL's plan would have made, else of the whole table; nothing when the owners set
+        says it has nothing (usually the runtime's second DEL: no record, no read)."""
+        if not self.owns(recorded) and not self._may_hold(att):
+            return []
+        candidates = recorded_elements(recorded)
+        if candidates is None and plan is not None and not plan.empty:
+            candidates = plan_elements(plan)
+        if candidates is None:
+            return sorted(e for e, c in nft.listing() if tag_of(c) == att.tag)
+        return _owned(nft, candidates, att.tag) if candidates else []
+
+    def _careful_delete(self, nft: Nft, att: Attachment, mine: list[Element]) -> None:
+        rc, err = self._delete_owned(nft, att, mine)
+        if rc != 0 and nft.table_exists():
+            # A transaction fails as a whole when one of its objects is gone (someone
+            # deleted it meanwhile): once more with what is left of ours.
+            rc, err = self._delete_owned(nft, att, _owned(nft, mine, att.tag))
+        if rc != 0 and nft.table_exists():
+            raise CniError(
+                KERNEL_FAILURE, f"nftables refused to delete the port mappings of {att}",
+                first_error(err),
+            )  # fmt: skip
 
     def _may_hold(self, att: Attachment) -> bool:
         """Whether the table may hold elements of `att`, asked without reading anybody
