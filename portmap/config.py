@@ -578,8 +578,14 @@ def parse_options(body: JsonObject) -> Options:
                 "write it as iptables arguments (e.g. ['!', '-s', '10.0.0.0/8']), or remove "
                 '"backend" to use nftables',
             )
-        if backend == "nftables":
-            _refuse_untranslatable(parsed)
+        first = next((i for i, m in enumerate(parsed.matches) if not m.nft), -1)
+        if backend == "nftables" and first >= 0:  # iptables words nft has no words for
+            rest = " ".join(w for later in parsed.matches[first:] for w in later.iptables)
+            raise invalid_config(
+                f"{key}: cannot translate iptables condition {rest[:60]!r} to nftables",
+                "write it in nft syntax (e.g. 'ip saddr 10.0.0.0/8'), or set "
+                '"backend": "iptables"',
+            )
     return Options(
         snat=body.boolean("snat", True),
         masq_all=body.boolean("masqAll", False),
@@ -589,20 +595,6 @@ def parse_options(body: JsonObject) -> Options:
         conditions_v6=conditions["conditionsV6"],
         backend=backend,
     )
-
-
-def _refuse_untranslatable(conditions: Conditions) -> None:
-    """Conditions the nftables backend is to apply must all have an nft expression: one
-    written as iptables arguments that nft has no translation for is error 7, saying
-    what to write instead."""
-    for i, match in enumerate(conditions.matches):
-        if not match.nft:
-            rest = " ".join(w for later in conditions.matches[i:] for w in later.iptables)
-            raise invalid_config(
-                f"{conditions.key}: cannot translate iptables condition {rest[:60]!r} to nftables",
-                "write it in nft syntax (e.g. 'ip saddr 10.0.0.0/8'), or set "
-                '"backend": "iptables"',
-            )
 
 
 def parse(conf: NetConf) -> PortmapConfig:

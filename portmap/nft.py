@@ -285,13 +285,8 @@ def plan_lanes(plan: Plan) -> list[Lane]:
 
 
 def plan_masq_chains(plan: Plan) -> list[tuple[int, int]]:
-    return sorted(
-        {
-            (fp.family, fp.prefix_len)
-            for fp in plan.families
-            if fp.forwards and fp.masquerade == MASQ_SUBNET
-        }
-    )
+    subnet = [fp for fp in plan.families if fp.forwards and fp.masquerade == MASQ_SUBNET]
+    return sorted({(fp.family, fp.prefix_len) for fp in subnet})
 
 
 def plan_masq_texts(plan: Plan) -> dict[str, list[str]]:
@@ -574,7 +569,12 @@ class NftBackend:
                 continue
             if e.is_claim:
                 addr, proto, port = e.key.split(" . ")
-                raise state.port_taken(self.sd, comment, host_ports(addr, int(port), 1, proto))
+                raise CniError(
+                    CONFLICT,
+                    f"host port {host_ports(addr, int(port), 1, proto)} is already mapped by "
+                    f"attachment {state.owner_name(self.sd, comment)}",
+                    "remove that mapping first (or use another host port); nothing was changed",
+                )
             if e.data and data != e.data:
                 raise CniError(
                     CONFLICT,

@@ -1,7 +1,8 @@
-"""portmap's entry in the attachment store: what each attachment installed.
+"""portmap's record in the attachment store: what each attachment installed, typed by
+its backend (NftRecord, XtablesRecord) and decoded by the store.
 
 The kernel stays the authority on ownership (every nft element and iptables rule names
-its owner); the entry only says where to look, so DEL and a repeated ADD touch this
+its owner); the record only says where to look, so DEL and a repeated ADD touch this
 attachment's objects without listing everybody's. It is written *before* a transaction
 as the union of what may exist afterwards, so a plugin killed mid-ADD leaves a file that
 still covers whatever reached the kernel.
@@ -10,7 +11,7 @@ still covers whatever reached the kernel.
 from __future__ import annotations
 
 from common.env import plugin_dir
-from common.errors import CONFLICT, CniError
+from common.errors import CniError
 from common.jsonobj import listed, text
 from common.state import AttachmentStore, Key, Record, tagged_name
 from common.values import Value
@@ -32,10 +33,10 @@ def store(log: Log | None = None) -> AttachmentStore:
 
 
 class Recorded(Record):
-    """An attachment's record; the store decodes it as its backend's (NftRecord,
-    XtablesRecord), a record of neither as this. Tolerant: what is not as written reads
-    as "" or is left out (the kernel decides). Named by the attachment's tag
-    (common.state.tagged_name), which its kernel objects carry too."""
+    """An attachment's record, decoded as its backend's (NftRecord, XtablesRecord); one of
+    neither reads as this. Tolerant: what is not as written reads as "" or is left out
+    (the kernel decides). Named by the attachment's tag (common.state.tagged_name), which
+    its kernel objects carry too."""
 
     backend: str = ""
     TOLERANT = True
@@ -45,7 +46,7 @@ class Recorded(Record):
     def from_json(cls, raw: Any) -> Any:
         backend = raw.get("backend") if isinstance(raw, dict) else None
         kind = _KINDS.get(backend) if isinstance(backend, str) else None
-        return super().from_json(raw) if kind is None or kind is cls else kind.from_json(raw)
+        return super().from_json(raw) if kind in (None, cls) else kind.from_json(raw)
 
 
 # What nftables set names and element keys of ours are made of (addresses, protocol
@@ -57,19 +58,18 @@ _KEY_CHARS = frozenset("0123456789abcdef.:/ tpus")
 
 
 def plain(name: Any, key: Any) -> bool:
-    """Whether (name, key) is an element of ours (see above)."""
     if not (isinstance(name, str) and isinstance(key, str) and name and key):
         return False
     return set(name) <= _SET_NAME_CHARS and set(key) <= _KEY_CHARS
 
 
 def _elements(value: Any) -> tuple[tuple[str, str], ...]:
-    items = [i for i in listed(value) if isinstance(i, list) and len(i) == 2]
-    return tuple((s, k) for s, k in items if plain(s, k))
+    pairs = [i for i in listed(value) if isinstance(i, list) and len(i) == 2]
+    return tuple((name, key) for name, key in pairs if plain(name, key))
 
 
 class NftRecord(Recorded):
-    """nftables: (set, key) of each element the attachment owns, the plain ones."""
+    """(set, key) of each element the attachment owns, the plain ones."""
 
     backend: str = "nftables"
     elements: tuple[tuple[str, str], ...] = ()
@@ -77,13 +77,11 @@ class NftRecord(Recorded):
 
 
 class Chain(Value):
-    """iptables: one family's chain of an attachment, in one variant's nat table. A name
-    of the tag-based naming reads as "" (the backend names it); without a variant, the
-    chain is in the legacy tables."""
+    """One family's chain of an attachment, in that variant's nat table."""
 
     family: int
-    name: str
-    variant: str
+    name: str  # "" in a record of the tag-based naming: the backend names it
+    variant: str  # "legacy" in a record that names none
 
 
 def _chains(value: Any) -> tuple[Chain, ...]:
@@ -97,18 +95,19 @@ def _chains(value: Any) -> tuple[Chain, ...]:
     return tuple(out)
 
 
+def _chains_json(chains: tuple[Chain, ...]) -> list[list[Any]]:
+    return [[c.family, c.name, c.variant] for c in chains]
+
+
 class XtablesRecord(Recorded):
-    """iptables: the attachment's chain of each family."""
+    """The attachment's chain of each family."""
 
     backend: str = "iptables"
     chains: tuple[Chain, ...] = ()
-    KEYS = {
-        **Recorded.KEYS,
-        "chains": Key("objects", _chains, lambda cs: [[c.family, c.name, c.variant] for c in cs]),
-    }
+    KEYS = {**Recorded.KEYS, "chains": Key("objects", _chains, _chains_json)}
 
 
-_KINDS: dict[Any, type[Recorded]] = {"nftables": NftRecord, "iptables": XtablesRecord}
+_KINDS: dict[str, type[Recorded]] = {"nftables": NftRecord, "iptables": XtablesRecord}
 
 
 def owner_name(store: AttachmentStore, comment: str) -> str:
@@ -159,13 +158,3 @@ def forgetting(tags: set[str]) -> Callable[[Recorded], None]:
         tags.add(tagged_name(record.network, record.container_id, record.ifname)[:-5])
 
     return teardown
-
-
-def port_taken(store: AttachmentStore, comment: str, where: str) -> CniError:
-    """The conflict of an ADD whose host port `where` (config.host_ports) the attachment
-    with `comment` maps already."""
-    return CniError(
-        CONFLICT,
-        f"host port {where} is already mapped by attachment {owner_name(store, comment)}",
-        "remove that mapping first (or use another host port); nothing was changed",
-    )
