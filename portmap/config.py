@@ -73,6 +73,17 @@ class Options(Value):
     def conditions(self, family: int) -> Conditions:
         return self.conditions_v4 if family == 4 else self.conditions_v6
 
+    @property
+    def needs(self) -> str:
+        """The backend these options need when none is configured: iptables for what only
+        it has (externalSetMarkChain, iptables-style conditions: Go picks iptables for
+        them, so a config written for Go means the same here), nftables for conditions
+        in nft syntax; "" when either will do."""
+        families = (self.conditions_v4, self.conditions_v6)
+        if self.external_set_mark_chain or any(c.iptables_style for c in families):
+            return BACKENDS[1]
+        return BACKENDS[0] if any(c.matches for c in families) else ""
+
 
 # The Go portmap's per-attachment iptables chain, which the iptables backend makes too:
 # here rather than in portmap.xtables so that a DEL without a record (the Go takeover's
@@ -250,8 +261,9 @@ class Match(Value):
 
 
 class Conditions(Value):
-    """A family's conditionsV4/V6, parsed once; each backend renders them
-    (portmap.nft.render_conditions, portmap.xtables.condition_words)."""
+    """A family's conditionsV4/V6, parsed once (what a backend cannot apply is refused
+    here); each backend renders them (portmap.nft.render_conditions,
+    portmap.xtables.condition_words)."""
 
     family: int
     matches: tuple[Match, ...] = ()
@@ -547,6 +559,14 @@ def parse_options(body: JsonObject) -> Options:
                 f"{body.path(key)} is in nft syntax, but the backend is iptables",
                 "write it as iptables arguments (e.g. ['!', '-s', '10.0.0.0/8']), or remove "
                 '"backend" to use nftables',
+            )
+        first = next((i for i, m in enumerate(parsed.matches) if not m.nft), -1)
+        if backend == "nftables" and first >= 0:  # iptables words nft has no words for
+            rest = " ".join(w for later in parsed.matches[first:] for w in later.iptables)
+            raise invalid_config(
+                f"{key}: cannot translate iptables condition {rest[:60]!r} to nftables",
+                "write it in nft syntax (e.g. 'ip saddr 10.0.0.0/8'), or set "
+                '"backend": "iptables"',
             )
     return Options(
         snat=body.boolean("snat", True),

@@ -8,7 +8,7 @@ from __future__ import annotations
 from itertools import pairwise
 
 from common.digest import sha256_hex
-from common.errors import CONFLICT, KERNEL_FAILURE, STATUS_UNAVAILABLE, CniError, invalid_config
+from common.errors import CONFLICT, KERNEL_FAILURE, STATUS_UNAVAILABLE, CniError
 from common.identity import network_tag
 from common.values import OrderedValue, Value
 from portmap import state
@@ -25,6 +25,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
+    from common.attachment import Change
     from common.identity import Attachment
     from common.log import Log
     from common.store import Stamps
@@ -54,16 +55,7 @@ OWNERS_SET = f"add set {T} {OWNERS} {{ type ipv6_addr; }}"
 
 
 def render_conditions(conditions: Conditions) -> tuple[str, ...]:
-    """The conditions as nft expressions; one written as iptables arguments that nft has
-    no translation for is error 7, saying what to write instead."""
-    for i, match in enumerate(conditions.matches):
-        if not match.nft:
-            rest = " ".join(w for later in conditions.matches[i:] for w in later.iptables)
-            raise invalid_config(
-                f"{conditions.key}: cannot translate iptables condition {rest[:60]!r} to nftables",
-                "write it in nft syntax (e.g. 'ip saddr 10.0.0.0/8'), or set "
-                '"backend": "iptables"',
-            )
+    """The conditions as nft expressions (parse refused those nft cannot express)."""
     return tuple(match.nft for match in conditions.matches)
 
 
@@ -294,13 +286,8 @@ def plan_lanes(plan: Plan) -> list[Lane]:
 
 
 def plan_masq_chains(plan: Plan) -> list[tuple[int, int]]:
-    return sorted(
-        {
-            (fp.family, fp.prefix_len)
-            for fp in plan.families
-            if fp.forwards and fp.masquerade == MASQ_SUBNET
-        }
-    )
+    subnet = [fp for fp in plan.families if fp.forwards and fp.masquerade == MASQ_SUBNET]
+    return sorted({(fp.family, fp.prefix_len) for fp in subnet})
 
 
 def plan_masq_texts(plan: Plan) -> dict[str, list[str]]:
@@ -448,34 +435,21 @@ def _owned(nft: Nft, candidates: list[Element], tag: str) -> list[Element]:
     return sorted(e for e, (comment, _) in live.items() if tag_of(comment) == tag)
 
 
-# What our set names and element keys are made of (addresses, protocol names, ports, " . "
-# between them). Keys read back from a state file or a listing go into `get`/`delete`
-# text, so one holding anything else (a quote, a brace, a newline) is not ours.
-_SET_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_")
-_KEY_CHARS = frozenset("0123456789abcdef.:/ tpus")
-
-
 def is_plain(e: Element) -> bool:
-    return bool(e.set and e.key) and set(e.set) <= _SET_NAME_CHARS and set(e.key) <= _KEY_CHARS
+    return state.plain(e.set, e.key)
 
 
 def recorded_elements(recorded: state.Recorded | None) -> list[Element] | None:
-    """What a record of this backend lists, the plain elements only (see is_plain)."""
-    if recorded is None or recorded.backend != NAME:
+    """What a record of this backend lists (the store kept the plain elements only)."""
+    if not isinstance(recorded, state.NftRecord):
         return None
-    elements = [
-        Element(*item)
-        for item in recorded.objects
-        if isinstance(item, list) and len(item) == 2 and all(isinstance(x, str) for x in item)
-    ]
-    return [e for e in elements if is_plain(e)]
+    return [Element(name, key) for name, key in recorded.elements]
 
 
-def record_of(att: Attachment, elements: Iterable[Element]) -> state.Recorded:
+def record_of(att: Attachment, elements: Iterable[Element]) -> state.NftRecord:
     """The attachment's record saying that `elements` are its own."""
-    objects = [[name, key] for name, key in sorted({(e.set, e.key) for e in elements})]
-    owner = (att.network, att.container_id, att.ifname)
-    return state.Recorded(*owner, backend=NAME, objects=objects)
+    owned = tuple(sorted({(e.set, e.key) for e in elements}))
+    return state.NftRecord(att.network, att.container_id, att.ifname, elements=owned)
 
 
 class NftBackend:
@@ -490,55 +464,76 @@ class NftBackend:
         self.engine = Engine(sd, log, LOCK)
 
     def owns(self, recorded: state.Recorded | None) -> bool:
-        return recorded is not None and recorded.backend == NAME
+        return isinstance(recorded, state.NftRecord)
+
+    def may_hold(self) -> bool:
+        """False: an ADD records its elements before it writes them (the engine's intent),
+        so the records name every attachment that may have some."""
+        return False
 
     # -- ADD ---------------------------------------------------------------------------
 
     def add(self, plan: Plan) -> None:
+        """Every transaction is all or nothing: a failed one leaves the kernel as it was,
+        so a failed ADD needs no undo, only the record of what is still ours."""
         att = plan.attachment
         wanted = plan_elements(plan)
-        masq = [line for text in plan_masq_texts(plan).values() for line in text]
-        # Every transaction below is all or nothing: a failed one leaves the kernel as it
-        # was, so a failed ADD needs no undo, only the record of what is still ours.
         with self.engine.add(att) as change:
             nft = Nft(self.port)
-            recorded = change.previous
-            previous = recorded_elements(recorded) or []
-            # Fast path: no read at all. libnftables fills its cache with every element of
-            # the table on the first read of a process (time linear in the mappings), but
-            # not for a write. The record says what we own, and deleting our proof of
-            # ownership with it (OWNERS) makes sure it still is; if anything is off (no
-            # table yet, a new lane, an element gone or another's, a conflict), the write
-            # fails as a whole and the careful path below reads and repairs. The masq
-            # chains are left out here: a `goto` element fails the same way while its
-            # chain is missing, and rewriting one that is there (flush and add rules)
-            # would make the kernel free the old rules after an RCU grace period, which
-            # the process waits for when its netlink socket closes.
-            fast = recorded is None or recorded.committed
-            if fast and proves_ownership(previous, att):
-                change.intend(record_of(att, [*previous, *wanted]))
-                lines = [*delete_text(previous), *add_text(wanted, owner_comment(att))]
-                if nft.run("\n".join(lines))[0] == 0:
-                    change.confirm(record_of(att, wanted))
-                    return
-            mine = _owned(nft, previous, att.tag)
-            change.found(record_of(att, mine) if mine else None)
-            setup = self._missing_setup(nft, plan)
-            change.intend(record_of(att, [*mine, *wanted]))
-            for _attempt in range(2):
-                lines = [*setup, *delete_text(mine), *masq, *add_text(wanted, owner_comment(att))]
-                rc, _, err = nft.run("\n".join(lines))
-                if rc == 0:
-                    change.confirm(record_of(att, wanted))
-                    return
-                # Our own leftovers the record did not know of (it was lost): remove them
-                # too and try once more. Anybody else's: a conflict, named.
-                stale = self._collisions(nft, wanted, att)
-                if not stale:
-                    break
-                mine = sorted(set(mine) | set(stale))
-                change.found(record_of(att, mine))
-            raise CniError(KERNEL_FAILURE, "nftables refused the port mappings", first_error(err))
+            if not self._fast_add(nft, change, plan, wanted):
+                self._careful_add(nft, change, plan, wanted)
+
+    def _fast_add(
+        self, nft: Nft, change: Change[state.Recorded], plan: Plan, wanted: list[Element]
+    ) -> bool:
+        """Write without reading (whether it did). libnftables fills its cache with every
+        element of the table on the first read of a process (time linear in the
+        mappings), but not for a write. The record says what we own, and deleting our
+        proof of ownership with it (OWNERS) makes sure it still is; if anything is off
+        (no table yet, a new lane, an element gone or another's, a conflict), the write
+        fails as a whole and the careful path reads and repairs. The masq chains are left
+        out: a `goto` element fails the same way while its chain is missing, and
+        rewriting one that is there (flush and add rules) would make the kernel free the
+        old rules after an RCU grace period, which the process waits for when its netlink
+        socket closes."""
+        att, recorded = plan.attachment, change.previous
+        previous = recorded_elements(recorded) or []
+        if recorded is not None and not recorded.committed:
+            return False  # an intent: what it lists may or may not be there
+        if not proves_ownership(previous, att):
+            return False
+        change.intend(record_of(att, [*previous, *wanted]))
+        lines = [*delete_text(previous), *add_text(wanted, owner_comment(att))]
+        if nft.run("\n".join(lines))[0] != 0:
+            return False
+        change.confirm(record_of(att, wanted))
+        return True
+
+    def _careful_add(
+        self, nft: Nft, change: Change[state.Recorded], plan: Plan, wanted: list[Element]
+    ) -> None:
+        """Read what of the record is still ours, create what the table lacks, rewrite the
+        masq chains, write. Our own leftovers that the record did not know of (it was
+        lost) are removed too and the write tried once more; anybody else's: a conflict,
+        named."""
+        att = plan.attachment
+        mine = _owned(nft, recorded_elements(change.previous) or [], att.tag)
+        change.found(record_of(att, mine) if mine else None)
+        setup = self._missing_setup(nft, plan)
+        masq = [line for text in plan_masq_texts(plan).values() for line in text]
+        change.intend(record_of(att, [*mine, *wanted]))
+        for _attempt in range(2):
+            lines = [*setup, *delete_text(mine), *masq, *add_text(wanted, owner_comment(att))]
+            rc, _, err = nft.run("\n".join(lines))
+            if rc == 0:
+                change.confirm(record_of(att, wanted))
+                return
+            stale = self._collisions(nft, wanted, att)
+            if not stale:
+                break
+            mine = sorted(set(mine) | set(stale))
+            change.found(record_of(att, mine))
+        raise CniError(KERNEL_FAILURE, "nftables refused the port mappings", first_error(err))
 
     def _missing_setup(self, nft: Nft, plan: Plan) -> list[str]:
         lanes = plan_lanes(plan)
@@ -576,7 +571,12 @@ class NftBackend:
                 continue
             if e.is_claim:
                 addr, proto, port = e.key.split(" . ")
-                raise state.port_taken(self.sd, comment, host_ports(addr, int(port), 1, proto))
+                raise CniError(
+                    CONFLICT,
+                    f"host port {host_ports(addr, int(port), 1, proto)} is already mapped by "
+                    f"attachment {state.owner_name(self.sd, comment)}",
+                    "remove that mapping first (or use another host port); nothing was changed",
+                )
             if e.data and data != e.data:
                 raise CniError(
                     CONFLICT,
@@ -591,45 +591,50 @@ class NftBackend:
 
     def delete(self, att: Attachment, plan: Plan | None) -> UdpTargets:
         def teardown(recorded: state.Recorded | None) -> UdpTargets:
-            candidates = recorded_elements(recorded)
             nft = Nft(self.port)
-            committed = candidates if recorded and recorded.committed else None
-            # Fast path (no read, see add): the record says exactly what we own, and the
-            # transaction fails unless our proof of ownership is still there.
-            if (
-                committed
-                and proves_ownership(committed, att)
-                and self._delete_owned(nft, att, committed)[0] == 0
-            ):
+            committed = recorded_elements(recorded) if recorded and recorded.committed else None
+            if committed and self._fast_delete(nft, att, committed):
                 return udp_targets(committed)
-            if not self.owns(recorded) and not self._may_hold(att):
-                mine: list[Element] = []  # usually the runtime's second DEL
-            else:
-                if candidates is None and plan is not None and not plan.empty:
-                    try:
-                        candidates = plan_elements(plan)
-                    except CniError as e:  # conditions nft cannot express: look at everything
-                        self.log.warning(f"cannot plan from the DEL config: {e}")
-                if candidates is None:
-                    mine = sorted(e for e, c in nft.listing() if tag_of(c) == att.tag)
-                else:
-                    mine = _owned(nft, candidates, att.tag) if candidates else []
-            rc, err = self._delete_owned(nft, att, mine)
-            if rc != 0 and nft.table_exists():
-                # A transaction fails as a whole when one of its objects is gone (someone
-                # deleted it meanwhile): once more with what is left of ours.
-                rc, err = self._delete_owned(nft, att, _owned(nft, mine, att.tag))
-            if rc != 0 and nft.table_exists():
-                raise CniError(
-                    KERNEL_FAILURE, f"nftables refused to delete the port mappings of {att}",
-                    first_error(err),
-                )  # fmt: skip
+            mine = self._own_elements(nft, att, recorded, plan)
+            self._careful_delete(nft, att, mine)
             # What the record knew as ours was so until a moment ago, even when it
             # vanished before this DEL saw it: its flows must not outlive it.
             return udp_targets(sorted(set(mine) | set(committed or ())))
 
         result: UdpTargets = self.engine.delete(att, teardown)
         return result
+
+    def _fast_delete(self, nft: Nft, att: Attachment, committed: list[Element]) -> bool:
+        """Delete without reading (whether it did, see _fast_add): the record says exactly
+        what we own, and the transaction fails unless our proof of ownership is there."""
+        return proves_ownership(committed, att) and self._delete_owned(nft, att, committed)[0] == 0
+
+    def _own_elements(
+        self, nft: Nft, att: Attachment, recorded: state.Recorded | None, plan: Plan | None
+    ) -> list[Element]:
+        """What the table holds of `att`'s: of what its record lists, else of what the
+        DEL's plan would have made, else of the whole table; nothing when the owners set
+        says it has nothing (usually the runtime's second DEL: no record, no read)."""
+        if not self.owns(recorded) and not self._may_hold(att):
+            return []
+        candidates = recorded_elements(recorded)
+        if candidates is None and plan is not None and not plan.empty:
+            candidates = plan_elements(plan)
+        if candidates is None:
+            return sorted(e for e, c in nft.listing() if tag_of(c) == att.tag)
+        return _owned(nft, candidates, att.tag) if candidates else []
+
+    def _careful_delete(self, nft: Nft, att: Attachment, mine: list[Element]) -> None:
+        rc, err = self._delete_owned(nft, att, mine)
+        if rc != 0 and nft.table_exists():
+            # A transaction fails as a whole when one of its objects is gone (someone
+            # deleted it meanwhile): once more with what is left of ours.
+            rc, err = self._delete_owned(nft, att, _owned(nft, mine, att.tag))
+        if rc != 0 and nft.table_exists():
+            raise CniError(
+                KERNEL_FAILURE, f"nftables refused to delete the port mappings of {att}",
+                first_error(err),
+            )  # fmt: skip
 
     def _may_hold(self, att: Attachment) -> bool:
         """Whether the table may hold elements of `att`, asked without reading anybody

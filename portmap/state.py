@@ -1,7 +1,8 @@
-"""portmap's entry in the attachment store: what each attachment installed.
+"""portmap's record in the attachment store: what each attachment installed, typed by
+its backend (NftRecord, XtablesRecord) and decoded by the store.
 
 The kernel stays the authority on ownership (every nft element and iptables rule names
-its owner); the entry only says where to look, so DEL and a repeated ADD touch this
+its owner); the record only says where to look, so DEL and a repeated ADD touch this
 attachment's objects without listing everybody's. It is written *before* a transaction
 as the union of what may exist afterwards, so a plugin killed mid-ADD leaves a file that
 still covers whatever reached the kernel.
@@ -10,11 +11,12 @@ still covers whatever reached the kernel.
 from __future__ import annotations
 
 from common.env import plugin_dir
-from common.errors import CONFLICT, CniError
+from common.errors import CniError
 from common.jsonobj import listed, text
 from common.records import Key, Record
 from common.store import AttachmentStore
-from common.values import field
+from common.values import Value
+from portmap.config import CHAIN_PREFIX
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -24,6 +26,7 @@ if TYPE_CHECKING:
     from common.log import Log
 
 PLUGIN = "portmap"
+VARIANTS = ("nft", "legacy")  # the iptables tools' variants, as records name them
 
 
 def store(log: Log | None = None) -> Store:
@@ -31,14 +34,82 @@ def store(log: Log | None = None) -> Store:
 
 
 class Recorded(Record):
-    """`objects` as the backend spells them. Tolerant: what is not as written reads as ""
-    or empty (the kernel decides). Named by the attachment's tag (Attachment.tag), which
+    """An attachment's record, decoded as its backend's (NftRecord, XtablesRecord); one of
+    neither reads as this. Tolerant: what is not as written reads as "" or is left out
+    (the kernel decides). Named by the attachment's tag (Attachment.tag), which
     its kernel objects carry too."""
 
     backend: str = ""
-    objects: list[Any] = field(default_factory=list)
     TOLERANT = True
-    KEYS = {"backend": Key("backend", text), "objects": Key("objects", listed)}
+    KEYS = {"backend": Key("backend", text)}
+
+    @classmethod
+    def from_json(cls, raw: Any) -> Any:
+        backend = raw.get("backend") if isinstance(raw, dict) else None
+        kind = _KINDS.get(backend) if isinstance(backend, str) else None
+        return super().from_json(raw) if kind in (None, cls) else kind.from_json(raw)
+
+
+# What nftables set names and element keys of ours are made of (addresses, protocol
+# names, ports, " . " between them). Keys read back from a record or a listing go into
+# `get`/`delete element` text, so one holding anything else (a quote, a brace, a
+# newline) is not ours.
+_SET_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_")
+_KEY_CHARS = frozenset("0123456789abcdef.:/ tpus")
+
+
+def plain(name: Any, key: Any) -> bool:
+    if not (isinstance(name, str) and isinstance(key, str) and name and key):
+        return False
+    return set(name) <= _SET_NAME_CHARS and set(key) <= _KEY_CHARS
+
+
+def _elements(value: Any) -> tuple[tuple[str, str], ...]:
+    pairs = [i for i in listed(value) if isinstance(i, list) and len(i) == 2]
+    return tuple((name, key) for name, key in pairs if plain(name, key))
+
+
+class NftRecord(Recorded):
+    """(set, key) of each element the attachment owns, the plain ones."""
+
+    backend: str = "nftables"
+    elements: tuple[tuple[str, str], ...] = ()
+    KEYS = {**Recorded.KEYS, "elements": Key("objects", _elements, lambda e: [*map(list, e)])}
+
+
+class Chain(Value):
+    """One family's chain of an attachment, in that variant's nat table."""
+
+    family: int
+    name: str
+    variant: str
+
+
+def _chains(value: Any) -> tuple[Chain, ...]:
+    out = []
+    for item in listed(value):
+        # (family, chain, variant); anything else is not as written, and not ours
+        if isinstance(item, list) and len(item) == 3 and item[0] in (4, 6):
+            family, name, variant = item
+            ours = isinstance(name, str) and name.startswith(CHAIN_PREFIX) and len(name) <= 28
+            if ours and variant in VARIANTS:
+                out.append(Chain(int(family), name, str(variant)))
+    return tuple(out)
+
+
+def _chains_json(chains: tuple[Chain, ...]) -> list[list[Any]]:
+    return [[c.family, c.name, c.variant] for c in chains]
+
+
+class XtablesRecord(Recorded):
+    """The attachment's chain of each family."""
+
+    backend: str = "iptables"
+    chains: tuple[Chain, ...] = ()
+    KEYS = {**Recorded.KEYS, "chains": Key("objects", _chains, _chains_json)}
+
+
+_KINDS: dict[str, type[Recorded]] = {"nftables": NftRecord, "iptables": XtablesRecord}
 
 
 Store = AttachmentStore[Recorded]
@@ -92,13 +163,3 @@ def forgetting(tags: set[str]) -> Callable[[Recorded], None]:
         tags.add(record.attachment.tag)
 
     return teardown
-
-
-def port_taken(store: Store, comment: str, where: str) -> CniError:
-    """The conflict of an ADD whose host port `where` (config.host_ports) the attachment
-    with `comment` maps already."""
-    return CniError(
-        CONFLICT,
-        f"host port {where} is already mapped by attachment {owner_name(store, comment)}",
-        "remove that mapping first (or use another host port); nothing was changed",
-    )

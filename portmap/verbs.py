@@ -41,6 +41,8 @@ if TYPE_CHECKING:
 
         def check(self, plan: Plan) -> list[str]: ...  # what differs from the plan
 
+        def may_hold(self) -> bool: ...  # mappings no record names (GC looks for them)
+
         def gc(self, network: str, valid: set[Attachment], before: Stamps) -> UdpTargets: ...
 
         def status(self) -> None: ...
@@ -73,16 +75,9 @@ def _make(name: str, sd: Store, log: Log, kernel: Kernel) -> Backend:
 
 
 def _configured(options: cfg.Options, kernel: Kernel) -> str:
-    """The configured backend; for auto, iptables when the config uses what only iptables
-    has (externalSetMarkChain, iptables-style conditions: Go picks iptables for them, so
-    a config written for Go means the same here), else nftables where libnftables works."""
-    if options.backend:
-        return options.backend
-    if options.external_set_mark_chain or any(
-        options.conditions(family).iptables_style for family in (4, 6)
-    ):
-        return IPTABLES
-    return NFTABLES if kernel.nft.usable() else IPTABLES
+    """The configured backend; for auto, the one the options need (cfg.Options.needs),
+    else nftables where libnftables works."""
+    return options.backend or options.needs or (NFTABLES if kernel.nft.usable() else IPTABLES)
 
 
 def choose(options: cfg.Options, sd: Store, log: Log, kernel: Kernel) -> Backend:
@@ -103,14 +98,11 @@ def for_gc(
     options: cfg.Options, network: str, sd: Store, log: Log, kernel: Kernel
 ) -> list[Backend]:
     """Every backend that may hold mappings of `network`: the config's, those of its
-    records, and iptables wherever CNI-HOSTPORT-DNAT is: its chains are the Go portmap's
-    too, made perhaps before ours was installed (a cheap look)."""
+    records, and each that says it may hold mappings no record names (Backend.may_hold)."""
     names = {_configured(options, kernel)}
     names |= {e.backend for e in sd.entries(network).values() if e.backend in cfg.BACKENDS}
-    top = "CNI-HOSTPORT-DNAT"
-    if any(kernel.xtables.may_have(v, f, top) for v in ("nft", "legacy") for f in (4, 6)):
-        names.add(IPTABLES)
-    return [_make(name, sd, log, kernel) for name in sorted(names)]
+    backends = [_make(name, sd, log, kernel) for name in sorted(cfg.BACKENDS)]
+    return [b for b in backends if b.name in names or b.may_hold()]
 
 
 # ---------------------------------------------------------------------------- host extras

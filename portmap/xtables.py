@@ -29,11 +29,11 @@ from portmap.config import (
     go_chain_name,
 )
 from portmap.plan import MASQ_ALL, MASQ_NONE, FamilyPlan, Forward, Plan, UdpTargets
+from portmap.state import Chain, XtablesRecord
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from typing import Any
 
     from common.identity import Attachment
     from common.store import Stamps
@@ -47,7 +47,7 @@ MASQ = "CNI-HOSTPORT-MASQ"
 LOCK = "iptables.lock"
 GO_COMMENT = 'dnat name: "{}" id: "{}"'
 MULTIPORT_PORTS = 15  # what one multiport match holds (a range takes two)
-VARIANTS = ("nft", "legacy")
+VARIANTS = state.VARIANTS
 VARIANT_ENV = "CNI_META_IPTABLES"
 Words = list[str]
 
@@ -365,12 +365,8 @@ def chain_order(forwards: tuple[Forward, ...]) -> list[Forward]:
 
 
 def condition_words(conditions: Conditions) -> Words:
-    """The conditions as iptables arguments, as written (Go puts them in its jumps)."""
-    if conditions.matches and not conditions.iptables_style:
-        raise invalid_config(
-            f"{conditions.key} are nft expressions, but the backend is iptables",
-            'give iptables arguments (e.g. ["-s", "10.0.0.0/8"]) or use "backend": "nftables"',
-        )
+    """The conditions as iptables arguments, as written (Go puts them in its jumps; parse
+    refused nft expressions for this backend)."""
     return [word for match in conditions.matches for word in match.iptables]
 
 
@@ -446,9 +442,9 @@ def sweep(
 def recorded_owner(sd: Store, network: str, container_id: str, chain: str) -> str:
     """'network/container/ifname' of our attachment whose record names `chain`, or ""."""
     for entry in sd.entries(network).values():
-        if entry.backend != NAME or entry.container_id != container_id:
+        if not isinstance(entry, XtablesRecord) or entry.container_id != container_id:
             continue
-        if any(isinstance(o, list) and len(o) > 1 and o[1] == chain for o in entry.objects):
+        if any(c.name == chain for c in entry.chains):
             return str(entry.attachment)
     return ""
 
@@ -568,8 +564,6 @@ def installation(
 
 # ---------------------------------------------------------------------------- the backend
 
-Where = list[tuple[int, str, str]]  # (family, chain, variant) of a record's objects
-
 
 class XtablesBackend:
     name = NAME
@@ -585,7 +579,12 @@ class XtablesBackend:
         self._chosen: tuple[str, str] | None = None
 
     def owns(self, recorded: state.Recorded | None) -> bool:
-        return recorded is not None and recorded.backend == NAME
+        return isinstance(recorded, XtablesRecord)
+
+    def may_hold(self) -> bool:
+        """Wherever CNI-HOSTPORT-DNAT may be (a cheap look per variant and family): its
+        chains are the Go portmap's too, made perhaps before ours was installed."""
+        return any(self.port.may_have(v, f, TOP) for v in VARIANTS for f in (4, 6))
 
     def _variant(self) -> str:
         """The variant of this call, decided once; its IPv4 table is kept for the first
@@ -600,59 +599,45 @@ class XtablesBackend:
             return NatTable(text)
         return NatTable(self.tools.save(variant, family))
 
-    def _where(self, recorded: state.Recorded | None) -> Where | None:
-        """(family, chain, variant) of what a previous ADD recorded, or None."""
-        if not self.owns(recorded):
-            return None
-        assert recorded is not None
-        out = []
-        for obj in recorded.objects:
-            # (family, chain, variant); anything else is not as written, and not ours
-            if isinstance(obj, list) and len(obj) == 3 and obj[0] in (4, 6):
-                family, chain, variant = obj
-                ours = isinstance(chain, str) and chain.startswith(CHAIN_PREFIX)
-                if ours and len(chain) <= 28 and variant in VARIANTS:
-                    out.append((int(family), chain, str(variant)))
-        return out
+    def _where(self, recorded: state.Recorded | None) -> list[Chain] | None:
+        """The chains a previous ADD recorded, or None."""
+        return list(recorded.chains) if isinstance(recorded, XtablesRecord) else None
 
-    def _name(self, att: Attachment, previous: Where, tables: dict[int, NatTable]) -> str:
+    def _name(self, att: Attachment, previous: list[Chain], tables: dict[int, NatTable]) -> str:
         """Go's name, unless another attachment (ours or Go's) of this container and
         network has it: then second_chain_name. A repeated ADD keeps its name."""
         go, second = chain_name(att), second_chain_name(att)
-        names = {chain for _, chain, _ in previous}
+        names = {c.name for c in previous}
         if go in names or second in names:
             return go if go in names else second
         return second if any(go in t.chains for t in tables.values()) else go
 
-    def _record(self, att: Attachment, objects: list[list[Any]]) -> state.Recorded:
-        owner = (att.network, att.container_id, att.ifname)
-        return state.Recorded(*owner, backend=NAME, objects=objects)
+    def _record(self, att: Attachment, chains: list[Chain]) -> XtablesRecord:
+        return XtablesRecord(att.network, att.container_id, att.ifname, chains=tuple(chains))
 
     # -- verbs --------------------------------------------------------------------------
 
     def add(self, plan: Plan) -> None:
         att = plan.attachment
-        for fp in plan.families:
-            condition_words(fp.conditions)  # a config iptables cannot express changes nothing
         with self.engine.add(att) as change:
             variant = self._variant()
             previous = self._where(change.previous) or []
             tables = {fp.family: self._table(variant, fp.family) for fp in plan.families}
             name = self._name(att, previous, tables)
-            objects: list[list[Any]] = [[fp.family, name, variant] for fp in plan.families]
+            chains = [Chain(fp.family, name, variant) for fp in plan.families]
             done: list[int] = []
 
             def undo() -> None:
                 for family in done:
                     self.tools.delete_chains(variant, family, (name,))
 
-            for family, chain, old in previous:
+            for old in previous:
                 # a repeated ADD after the host changed variant: the previous record
                 # still covers these until the intent below replaces it
-                if (chain, old) != (name, variant):
-                    self.tools.delete_chains(old, family, (chain,))
+                if (old.name, old.variant) != (name, variant):
+                    self.tools.delete_chains(old.variant, old.family, (old.name,))
                     tables.clear()  # read again: they held that chain
-            change.intend(self._record(att, objects + [list(p) for p in previous]), undo)
+            change.intend(self._record(att, chains + previous), undo)
             for attempt in (1, 2):
                 try:
                     self._add_families(variant, plan, name, done, tables)
@@ -663,7 +648,7 @@ class XtablesBackend:
                     if e.code != KERNEL_FAILURE or attempt == 2:
                         raise
                     tables.clear()
-            change.confirm(self._record(att, objects))
+            change.confirm(self._record(att, chains))
 
     def _add_families(
         self, variant: str, plan: Plan, name: str, done: list[int], tables: dict[int, NatTable]
@@ -693,22 +678,21 @@ class XtablesBackend:
             where = self._where(recorded)
             if where is None:  # usually a repeated DEL: cheap looks, no tool run
                 own = (second_chain_name(att),)
-                where = [(f, c, v) for v in VARIANTS for f in (4, 6) for c in own]
-                where = [(f, c, v) for f, c, v in where if self.port.may_have(v, f, c)]
+                where = [Chain(f, c, v) for v in VARIANTS for f in (4, 6) for c in own]
+                where = [c for c in where if self.port.may_have(c.variant, c.family, c.name)]
             targets: UdpTargets = []
-            for variant, family in sorted({(variant, family) for family, _, variant in where}):
-                chains = tuple(dict.fromkeys(c for f, c, v in where if (v, f) == (variant, family)))
-                targets += self.tools.delete_chains(variant, family, chains)
+            for variant, family in sorted({(c.variant, c.family) for c in where}):
+                here = [c.name for c in where if (c.variant, c.family) == (variant, family)]
+                targets += self.tools.delete_chains(variant, family, tuple(dict.fromkeys(here)))
             return targets
 
         result: UdpTargets = self.engine.delete(att, teardown)
         return result
 
     def check(self, plan: Plan) -> list[str]:
-        for fp in plan.families:
-            condition_words(fp.conditions)
         att = plan.attachment
-        recorded = {f: (c, v) for f, c, v in self._where(self.sd.load(att)) or []}
+        where = self._where(self.sd.load(att)) or []
+        recorded = {c.family: (c.name, c.variant) for c in where}
         go = chain_name(att)
         mark_chain = plan.external_mark_chain or SETMARK
         problems: list[str] = []

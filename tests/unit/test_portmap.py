@@ -125,13 +125,15 @@ def test_iptables_conditions_translate_to_nft() -> None:
         'iifname "eth*"',
     )
     untranslatable = ["-s", "10.0.0.0/8", "-m", "addrtype", "--src-type", "LOCAL"]
-    with pytest.raises(CniError) as e:
-        nft.render_conditions(parsed([], conditionsV4=untranslatable).options.conditions_v4)
-    assert e.value.code == 7 and "nft syntax" in e.value.details
-    assert e.value.msg == (
+    # refused where every refusal is, at parse (nothing of the kernel is asked first)
+    e = error_of([], conditionsV4=untranslatable, backend="nftables")
+    assert e.code == 7 and "nft syntax" in e.details
+    assert e.msg == (
         "conditionsV4: cannot translate iptables condition '-m addrtype --src-type LOCAL' "
         "to nftables"
     )
+    # without a backend they choose iptables, which applies them as written
+    assert parsed([], conditionsV4=untranslatable).options.needs == "iptables"
 
 
 def test_attachment_tag_is_stable_and_names_the_network() -> None:
@@ -292,6 +294,22 @@ def test_iptables_only_keys_choose_iptables_when_no_backend_is_given() -> None:
     assert backend(backend="nftables", conditionsV4=["-s", "10.0.0.0/8"]) == (
         "nftables"  # asked for: translated (-s/-d/-i), or error 7 naming the condition
     )
+
+
+def test_nft_conditions_choose_nftables_even_where_libnftables_does_not_load() -> None:
+    """Only nftables can apply them: the choice is the config's, made at parse, not an
+    iptables backend that refuses them once the kernel was asked."""
+    from common.log import Log
+    from portmap import state
+    from portmap.verbs import choose
+    from tests.harness.fake_portmap import FakeNetfilter
+
+    kernel = FakeNetfilter()
+    kernel.nft.usable = lambda: False  # type: ignore[method-assign]
+    options = parsed([], conditionsV6=["ip6 saddr fd00::/8"]).options
+    assert options.needs == "nftables"
+    assert choose(options, state.store(), Log(""), kernel).name == "nftables"
+    assert choose(parsed([]).options, state.store(), Log(""), kernel).name == "iptables"
 
 
 def test_external_set_mark_chain_with_nftables_is_error_7_saying_what_to_change() -> None:

@@ -9,7 +9,7 @@ from common.identity import Attachment
 from common.jsonobj import integer, non_empty, text
 from common.records import Flat, Key, Record
 from common.values import Value
-from portmap.state import Recorded
+from portmap.state import Chain, NftRecord, Recorded, XtablesRecord
 
 
 class Limits(Value):
@@ -69,9 +69,14 @@ def test_one_naming_scheme_tells_a_networks_files_by_their_names() -> None:
 
 
 def test_portmap_records_on_nodes_read_as_before() -> None:
-    on_node = {**OWNER, "backend": "nftables", "objects": [["claims4", "k"]],
+    on_node = {**OWNER, "backend": "nftables", "objects": [["claims4", "0.0.0.0 . tcp . 80"]],
                "committed": False}  # fmt: skip
     rec = Recorded.from_json(on_node)
-    assert rec == Recorded("n", "c", "eth0", False, "nftables", [["claims4", "k"]])
+    assert rec == NftRecord("n", "c", "eth0", False, elements=(("claims4", "0.0.0.0 . tcp . 80"),))
     assert rec is not None and rec.to_json() == on_node
+    chains = {**OWNER, "backend": "iptables", "objects": [[4, "CNI-DN-1", "nft"]],
+              "committed": True}  # fmt: skip
+    rec = Recorded.from_json(chains)
+    assert rec == XtablesRecord("n", "c", "eth0", True, chains=(Chain(4, "CNI-DN-1", "nft"),))
+    assert rec is not None and rec.to_json() == chains
     assert Recorded.from_json({"objects": "x", "backend": 4}) == Recorded()
