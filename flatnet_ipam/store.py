@@ -25,6 +25,7 @@ after our last change. So no call of ours reads the other leases:
 from __future__ import annotations
 
 import os
+from contextlib import suppress
 
 from common.errors import (
     CHECK_FAILED,
@@ -287,10 +288,8 @@ class LeaseStore(AttachmentStore[Lease]):
         except OSError as e:
             raise self._io_error("create lease", name, e) from None
         finally:
-            try:  # noqa: SIM105 (contextlib is not on the call path)
+            with suppress(OSError):
                 os.unlink(tmp, dir_fd=dfd)
-            except OSError:
-                pass
 
     def free(self, name: str, content: bytes) -> bool:
         """Remove the lease `name` if it still holds `content` (a file that names another
@@ -449,10 +448,8 @@ class LeaseStore(AttachmentStore[Lease]):
         return [n for n in record.addresses if self.free(n, content)]
 
     def _unlink_quietly(self, name: str) -> None:
-        try:  # noqa: SIM105
+        with suppress(OSError):
             os.unlink(name, dir_fd=self._dfd)
-        except OSError:
-            pass
 
 
 def _is_lease_name(name: str) -> bool:
