@@ -180,7 +180,7 @@ def test_bundle_installed_into_a_scratch_root_runs_with_nothing_else_there(
     # The kernel-facing library loads from the bundle too (libnftables).
     b = "/opt/cni-meta-plugins/bundle"
     code = (f"import sys; sys.path.insert(0, '{b}/site'); import pyroute2; "
-            "from portmap import libnftables; libnftables.Context(); print('ok')")  # fmt: skip
+            "from common import libnftables; libnftables.Context(); print('ok')")  # fmt: skip
     proc = subprocess.run(
         [CHROOT, str(root), f"{b}/lib/ld-linux.so", "--library-path", f"{b}/lib",
          f"{b}/bin/python3", "-I", "-S", "-c", code],

@@ -390,7 +390,7 @@ def test_iptables_status_reads_no_table(lab: Lab) -> None:
     status = {"cniVersion": "1.1.0", "name": "direct", "type": "portmap", "backend": "iptables"}
     trace = {**lab.env, "PYTHONPROFILEIMPORTTIME": "1"}
     run = run_plugin(PORTMAP, "STATUS", status, host=lab.host, env=trace).ok()
-    assert "portmap.xtables" in run.stderr and "portmap.libnftables" not in run.stderr
+    assert "portmap.xtables" in run.stderr and "common.libnftables" not in run.stderr
     ran: list[list[str]] = []
 
     class Recording(XtablesKernel):

@@ -75,7 +75,7 @@ NOT_FOR = {
     "tuning-pass-through": ("pyroute2", "portmap", "bandwidth"),
     # contextlib (with functools and collections) only for blocks a class does as well
     "portmap-nftables": ("portmap.xtables", "pyroute2", "contextlib"),
-    "portmap-iptables": ("portmap.libnftables", "pyroute2", "contextlib"),
+    "portmap-iptables": ("common.libnftables", "pyroute2", "contextlib"),
     # pyroute2's tcmsg package would import every qdisc and classifier it knows.
     "bandwidth": (
         "portmap",
@@ -92,7 +92,7 @@ NOT_FOR = {
 # 0.9.7). Raise one only for an import the verb really needs. Where
 # the counts go: VERSION is the plugin, skel, jsontext, versions and errors (not even
 # os); portmap with nftables adds its own modules (portmap.kernel, its kernel ports,
-# and portmap.libnftables, the one binding of libnftables, among them), the attachment
+# and common.libnftables, the one binding of libnftables, among them), the attachment
 # engine, os, ctypes and, where there is a plan (ADD, CHECK), ipaddress with functools
 # and collections; no contextlib; iptables adds portmap.xtables, which
 # runs iptables-restore/-save through posix_spawn (no subprocess module), and

@@ -204,7 +204,7 @@ class FakeNft(NftKernel):
 
 
 class FakeNftContext:
-    """portmap.libnftables.Context's interface."""
+    """common.libnftables.Context's interface."""
 
     def __init__(self, fake: FakeNft) -> None:
         self.fake = fake
