@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 
 from common import jsontext as json
-from common.errors import INVALID_CONFIG, CniError
+from common.errors import INCOMPATIBLE_VERSION, INVALID_CONFIG, CniError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -95,19 +95,54 @@ class ExecIpam:
         self.kind = kind
         self.stdin = json.dumps(request.conf.body.raw).encode()
 
+    def locate(self) -> str:
+        """The plugin's path (error 7 when CNI_PATH has none): before anything is leased."""
+        return find_plugin(self.kind, self.request.env.path)
+
     def _run(
         self, command: str, container_id: str = "", ifname: str = "", netns: str | None = None
     ) -> bytes:
         """`command` for the request's attachment, or for another one of the network (GC
-        releases the leases of attachments it finds stale: their ids, no netns)."""
-        request = self.request
-        path = find_plugin(self.kind, request.env.path)
+        releases the leases of attachments it finds stale: their ids, no netns).
+
+        An IPAM that refuses the config's cniVersion (error 1; Debian's host-local stops
+        at 1.0.0) is asked again in the newest version it supports below it; GC and STATUS
+        are skipped for one that predates them."""
+        path = self.locate()
         overrides = {}
         if container_id:
             overrides = {"CNI_CONTAINERID": container_id, "CNI_IFNAME": ifname}
         if netns is not None:
             overrides["CNI_NETNS"] = netns
-        return exec_plugin(path, command, self.stdin, request.environ, overrides)
+        environ = self.request.environ
+        try:
+            return exec_plugin(path, command, self.stdin, environ, overrides)
+        except CniError as e:
+            if e.code != INCOMPATIBLE_VERSION:
+                raise
+            older = self._older_version(path)
+            if older is None:
+                raise
+            if command in ("GC", "STATUS") and older not in ("1.1.0",):
+                return b""
+            stdin = json.dumps({**self.request.conf.body.raw, "cniVersion": older}).encode()
+            return exec_plugin(path, command, stdin, environ, overrides)
+
+    def _older_version(self, path: str) -> str | None:
+        """The newest version the plugin supports below the config's, if any."""
+        from common import versions
+
+        wanted = self.request.conf.cni_version
+        out = exec_plugin(path, "VERSION", self.stdin, self.request.environ, {})
+        try:
+            supported = json.loads(out).get("supportedVersions")
+        except (ValueError, RecursionError, AttributeError):
+            return None
+        if not isinstance(supported, list):
+            return None
+        known = [v for v in supported if v in versions.SUPPORTED_VERSIONS]
+        below = [v for v in known if versions.parse(v) < versions.parse(wanted)]
+        return max(below, key=versions.parse, default=None)
 
     def add(self) -> Result:
         from common.result import Result
@@ -128,8 +163,21 @@ class ExecIpam:
     def check(self) -> None:
         self._run("CHECK")
 
+    def predates_gc(self) -> bool:
+        """Whether the plugin supports no version with GC and STATUS (1.1.0): such a
+        plugin (Debian's host-local) answers them with an error of its own."""
+        path = self.locate()
+        out = exec_plugin(path, "VERSION", self.stdin, self.request.environ, {})
+        try:
+            supported = json.loads(out).get("supportedVersions")
+        except (ValueError, RecursionError, AttributeError):
+            return True
+        return not isinstance(supported, list) or "1.1.0" not in supported
+
     def gc(self) -> None:
-        self._run("GC")
+        if not self.predates_gc():
+            self._run("GC")
 
     def status(self) -> None:
-        self._run("STATUS")
+        if not self.predates_gc():
+            self._run("STATUS")

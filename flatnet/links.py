@@ -119,8 +119,9 @@ class Rtnl:
     # ------------------------------------------------------------------ the bridge
 
     def create_bridge(self, name: str, mac: str, mtu: int | None, vlan_filtering: bool) -> bool:
-        """Create the bridge, up, with its MAC set (a bridge whose MAC was set keeps it as
-        ports come and go). False when it exists already (made meanwhile by another ADD)."""
+        """Create the bridge (down: update_bridge brings it up once its sysctls are set),
+        with its MAC set (a bridge whose MAC was set keeps it as ports come and go). False
+        when it exists already (made meanwhile by another ADD)."""
         data: list[Any] = [["IFLA_BR_VLAN_FILTERING", 1]] if vlan_filtering else []
         info: list[Any] = [["IFLA_INFO_KIND", "bridge"]]
         if data:
@@ -130,7 +131,7 @@ class Rtnl:
         if mtu:
             attrs.append(["IFLA_MTU", mtu])
         try:
-            self._newlink(attrs, flags=IFF_UP, change=IFF_UP, create=True)
+            self._newlink(attrs, create=True)
         except NetlinkError as e:
             if e.errno == errno.EEXIST:
                 return False

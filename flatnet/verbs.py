@@ -159,8 +159,10 @@ def _attach(
     ipam_result = None
     the_plan = None
     if cfg.ipam_type:
+        ipam = _ipam(request, cfg.ipam_type)
+        ipam.locate()
         done.ipam = True
-        ipam_result = _ipam(request, cfg.ipam_type).add()
+        ipam_result = ipam.add()
         if not ipam_result.ips:
             raise CniError(KERNEL_FAILURE, f"IPAM plugin {cfg.ipam_type} returned no IP config")
         the_plan = plan.make_plan(cfg, ipam_result)
@@ -223,8 +225,10 @@ def _ensure_bridge(host: Rtnl, cfg: Config) -> Link:
     bridge = host.link(cfg.bridge)
     if bridge is None:
         if host.create_bridge(cfg.bridge, links.random_mac(), cfg.mtu, bool(cfg.vlan)):
-            # A bridge that takes router advertisements would configure itself.
+            # A bridge that takes router advertisements would configure itself; one that
+            # runs DAD would keep its addresses tentative for a second after it is up.
             links.set_sysctl(f"net/ipv6/conf/{cfg.bridge}/accept_ra", "0")
+            links.set_sysctl(f"net/ipv6/conf/{cfg.bridge}/accept_dad", "0")
         bridge = host.link(cfg.bridge)
         if bridge is None:
             raise CniError(KERNEL_FAILURE, f"bridge {cfg.bridge} vanished while it was made")
