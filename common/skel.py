@@ -75,8 +75,8 @@ class Request:
 
 class Plugin:
     """A plugin's table of contents: its name; the functions `add`, `delete`, `check`, `gc`
-    and `status` of `<name>.verbs` handle the verbs (`add` returns the result to print, or
-    None to pass prevResult through unchanged).
+    and `status` of `<name>.verbs` (a "-" in the name is "_" there) handle the verbs (`add`
+    returns the result to print, or None to pass prevResult through unchanged).
 
     That module is imported on the first verb call, so that VERSION and the banner - podman
     calls VERSION for every plugin of every list on every command - never pay for it.
@@ -203,7 +203,8 @@ def run(
         error_version = conf.cni_version
         versions.require_verb(command, conf.cni_version)
         request = Request(invocation, conf, log, environ, kernel)
-        verbs = __import__(f"{plugin.name}.verbs", fromlist=["add"])  # the submodule
+        # The submodule; a plugin named with a dash (flatnet-ipam) is the package with "_".
+        verbs = __import__(f"{plugin.name.replace('-', '_')}.verbs", fromlist=["add"])
         result = getattr(verbs, VERB_FUNCTIONS[invocation.command])(request)
         if invocation.command == "ADD":
             if result is None:

@@ -1,6 +1,6 @@
 #!/bin/sh
-# Install (or remove) the cni-meta-plugins executables `portmap`, `bandwidth` and `tuning`
-# into a CNI bin dir, where any runtime (podman, containerd, CRI-O, cnitool) can exec them.
+# Install (or remove) the cni-meta-plugins executables `portmap`, `bandwidth`, `tuning` and
+# `flatnet-ipam` into a CNI bin dir, where any runtime (podman, containerd, CRI-O, cnitool) can exec them.
 #
 #   deploy/install.sh                         # venv in /opt/cni-meta-plugins, plugins in /opt/cni/bin
 #   deploy/install.sh --bin-dir /usr/libexec/cni --prefix /usr/local/lib/cni-meta-plugins
@@ -45,7 +45,7 @@ python=${PYTHON:-python3}
 venv=""
 bundle=""
 source_dir=$(cd "$(dirname "$0")/.." && pwd)
-plugins="portmap bandwidth tuning"
+plugins="portmap bandwidth tuning flatnet-ipam"
 action=install
 quiet=""
 bin_dir_given=""
@@ -61,7 +61,7 @@ options:
   --venv DIR       use this existing environment instead of building a venv
   --bundle DIR     copy this relocatable bundle (deploy/build-bundle.sh) instead
   --source DIR     project source to pip-install (default: this script's repository)
-  --plugins LIST   which plugins (default "portmap bandwidth tuning")
+  --plugins LIST   which plugins (default "portmap bandwidth tuning flatnet-ipam")
   --uninstall      remove our plugins and runtime, restore displaced executables
   --quiet          print nothing but errors
 EOF
@@ -91,7 +91,7 @@ case $bin_dir in /*) ;; *) die "--bin-dir must be absolute: $bin_dir" ;; esac
 case $prefix in /*) ;; *) die "--prefix must be absolute: $prefix" ;; esac
 [ -z "$venv" ] || [ -z "$bundle" ] || die "--venv and --bundle exclude each other"
 for p in $plugins; do
-    case $p in portmap|bandwidth|tuning) ;; *) die "unknown plugin: $p" ;; esac
+    case $p in portmap|bandwidth|tuning|flatnet-ipam) ;; *) die "unknown plugin: $p" ;; esac
 done
 root=${root%/}
 if [ -n "$root" ]; then
@@ -218,6 +218,9 @@ uninstall() {
     if [ -n "$prefix_made" ] && rmdir "$R_PREFIX" 2>/dev/null; then say "removed $R_PREFIX"; fi
 }
 
+# The package a plugin's executable runs: its name with "_" for "-" (flatnet-ipam).
+module_of() { echo "$1" | tr - _; }
+
 python_launcher() { # plugin interpreter paths -> launcher text on stdout
     cat <<EOF
 #!$2 -IS
@@ -229,7 +232,7 @@ python_launcher() { # plugin interpreter paths -> launcher text on stdout
 # the system's own directories: PATH does not matter.
 import sys
 sys.path += $3
-from $1.__main__ import main
+from $(module_of "$1").__main__ import main
 main()
 EOF
 }
@@ -238,7 +241,7 @@ shell_launcher() { # plugin interpreter paths -> launcher text (when the shebang
     cat <<EOF
 #!/bin/sh
 # $MARKER: $1 (deploy/install.sh)
-exec "$2" -I -S -c 'import sys; sys.path += $3; from $1.__main__ import main; main()' "\$@"
+exec "$2" -I -S -c 'import sys; sys.path += $3; from $(module_of "$1").__main__ import main; main()' "\$@"
 EOF
 }
 
@@ -268,7 +271,7 @@ B="$2"
 PATH="$SYSTEM_PATH\${PATH:+:\$PATH}"
 export PATH
 exec "\$B/lib/ld-linux.so" --library-path "\$B/lib" "\$B/bin/python3" -I -S \\
-    -c 'import sys; sys.path.insert(0, "'"\$B"'/site"); from $1.__main__ import main; main()' "\$@"
+    -c 'import sys; sys.path.insert(0, "'"\$B"'/site"); from $(module_of "$1").__main__ import main; main()' "\$@"
 EOF
 }
 
@@ -305,7 +308,7 @@ prepare_runtime() { # sets $interp (as seen from inside root) and $tree (the new
     fi
     if [ -n "$venv" ]; then
         [ -x "$root$venv/bin/python" ] || die "--venv $venv has no bin/python"
-        "$root$venv/bin/python" -I -c 'import portmap.__main__, bandwidth.__main__, tuning.__main__' \
+        "$root$venv/bin/python" -I -c 'import portmap.__main__, bandwidth.__main__, tuning.__main__, flatnet_ipam.__main__' \
             || die "--venv $venv does not have cni-meta-plugins installed"
         interp="$venv/bin/python"
         return
@@ -367,7 +370,7 @@ install() {
     [ -n "$bundle" ] || paths=$(site_paths "$interp") || die "cannot ask $interp for its import paths"
     # Launchers of ours already in the bin dir are rewritten too: each names the new tree,
     # so none is left naming a tree that a later upgrade removes.
-    for p in portmap bandwidth tuning; do
+    for p in portmap bandwidth tuning flatnet-ipam; do
         case " $plugins " in *" $p "*) continue ;; esac
         if is_ours "$R_BIN/$p"; then plugins="$plugins $p"; fi
     done

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-PLUGINS = ("portmap", "bandwidth", "tuning")
+PLUGINS = ("portmap", "bandwidth", "tuning", "flatnet-ipam")  # executables
 ALL_VERSIONS = ["0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"]
 # Local products and caches; everything else in the checkout is source.
 NOT_SOURCE = shutil.ignore_patterns(
@@ -79,7 +79,7 @@ def test_sdist_holds_the_packages_and_the_build_config(dist: Path) -> None:
     # A user of the sdist gets the examples that docs/python-api.md tells them to run.
     examples = {str(p.relative_to(REPO)) for p in (REPO / "examples").glob("*")}
     assert examples and examples <= names, examples - names
-    for package in ("common", *PLUGINS):
+    for package in ("common", *(p.replace("-", "_") for p in PLUGINS)):
         sources = {str(p.relative_to(REPO)) for p in (REPO / package).glob("*.py")}
         assert sources <= names, sources - names
 
@@ -102,8 +102,10 @@ def test_installed_wheel_answers_version(venv: Path, plugin: str) -> None:
 
 def test_installed_wheel_runs_from_the_venv_with_the_pinned_pyroute2(venv: Path) -> None:
     script = (
-        "import importlib.metadata as m, json, portmap, bandwidth, tuning, pyroute2\n"
-        "print(json.dumps({'files': [portmap.__file__, bandwidth.__file__, tuning.__file__],"
+        "import importlib.metadata as m, json, portmap, bandwidth, tuning, flatnet_ipam\n"
+        "import pyroute2\n"
+        "print(json.dumps({'files': [portmap.__file__, bandwidth.__file__, tuning.__file__,"
+        " flatnet_ipam.__file__],"
         " 'pyroute2': m.version('pyroute2'),"
         " 'requires': m.requires('cni-meta-plugins')}))"
     )
