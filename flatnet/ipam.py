@@ -181,3 +181,41 @@ class ExecIpam:
     def status(self) -> None:
         if not self.predates_gc():
             self._run("STATUS")
+
+
+class InProcessIpam:
+    """flatnet-ipam's library called in this process (no second exec): the same leases
+    the `flatnet-ipam` executable keeps, with the same answers."""
+
+    def __init__(self, request: Request) -> None:
+        from flatnet_ipam import lib
+
+        self.lib = lib
+        self.request = request
+        # Parsed now: a bad ipam section is error 7 before anything is touched.
+        self.config = lib.parse_config(request.conf, request.env.cni_args)
+
+    def locate(self) -> str:
+        return "flatnet-ipam (in-process)"
+
+    def add(self) -> Result:
+        request = self.request
+        return self.lib.allocate(self.config, request.container_id, request.ifname, request.log)
+
+    def delete(self, container_id: str = "", ifname: str = "") -> None:
+        request = self.request
+        self.lib.release(self.config, container_id or request.container_id,
+                         ifname or request.ifname, request.log)  # fmt: skip
+
+    def check(self) -> None:
+        request = self.request
+        self.lib.check(self.config, request.container_id, request.ifname, request.log)
+
+    def gc(self) -> None:
+        from common.gc import valid_attachments
+
+        valid = valid_attachments(self.request.conf.body)
+        self.lib.gc(self.config, valid, self.request.log)
+
+    def status(self) -> None:
+        self.lib.status(self.config, self.request.log)

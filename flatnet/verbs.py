@@ -50,8 +50,12 @@ def _engine(request: Request, store: AttachmentStore) -> Engine:
 
 
 def _ipam(request: Request, kind: str) -> Any:
-    """The IPAM of `kind`: in-process for flatnet-ipam when its library is installed,
-    else exec'd through CNI_PATH."""
+    """The IPAM of `kind`: flatnet-ipam's library in-process, any other type exec'd
+    through CNI_PATH (ExecIpam and InProcessIpam answer the same calls)."""
+    if kind == config.IN_PROCESS_IPAM:
+        from flatnet.ipam import InProcessIpam
+
+        return InProcessIpam(request)
     from flatnet.ipam import ExecIpam
 
     return ExecIpam(request, kind)
@@ -62,6 +66,8 @@ def _ipam(request: Request, kind: str) -> Any:
 
 def add(request: Request) -> Result:
     cfg = config.parse(request.conf, request.env)
+    if cfg.ipam_in_process:
+        _ipam(request, cfg.ipam_type)  # its config's refusals come before any change
     from flatnet import links, record
 
     links.preload()  # before the lock: every other flatnet call of the node waits for it

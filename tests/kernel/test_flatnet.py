@@ -25,14 +25,20 @@ pytestmark = pytest.mark.root
 
 FLATNET = our("flatnet")
 BRIDGE = go("bridge")
+IPAMS = ["host-local", "flatnet-ipam"]  # exec'd through CNI_PATH; in-process
 
 
 def conf(
-    lab: Lab, version: str = "1.0.0", ipam: dict[str, Any] | None = None, **keys: Any
+    lab: Lab,
+    version: str = "1.0.0",
+    ipam: dict[str, Any] | None = None,
+    kind: str = "host-local",
+    **keys: Any,
 ) -> dict[str, Any]:
-    """The seed's config (bridge flatnet0, 10.42.0.0/16), host-local's leases in the lab."""
-    ipam = ipam or {"type": "host-local", "subnet": "10.42.0.0/16", "gateway": "10.42.0.1"}
-    if ipam.get("type") == "host-local":
+    """The seed's config (bridge flatnet0, 10.42.0.0/16), its leases in the lab (never the
+    machine's /var/lib/cni)."""
+    ipam = ipam or {"type": kind, "subnet": "10.42.0.0/16", "gateway": "10.42.0.1"}
+    if ipam.get("type") in IPAMS:
         ipam = {**ipam, "dataDir": str(lab.workdir / "leases")}
     return {"cniVersion": version, "name": "flatnet", "type": "flatnet", "bridge": "flatnet0",
             "ipam": ipam, "mtu": 1500, **keys}  # fmt: skip
@@ -50,9 +56,9 @@ def vlan_filtering(lab: Lab) -> bool:
     return "vlan_filtering 1" in probe.ip("-d", "link", "show", "br0")
 
 
-def dual(lab: Lab, **keys: Any) -> dict[str, Any]:
+def dual(lab: Lab, kind: str = "host-local", **keys: Any) -> dict[str, Any]:
     ranges = [[{"subnet": "10.42.0.0/24"}], [{"subnet": "fd42::/64"}]]
-    return conf(lab, ipam={"type": "host-local", "ranges": ranges}, **keys)
+    return conf(lab, ipam={"type": kind, "ranges": ranges}, **keys)
 
 
 def run(lab: Lab, command: str, body: Any, ctr: Netns | None = None, cid: str = "",
@@ -115,8 +121,9 @@ def outside(lab: Lab) -> tuple[Netns, str]:
 # ---------------------------------------------------------------------------- ADD, DEL
 
 
-def test_seed_config_attaches_a_container_and_del_removes_everything(lab: Lab) -> None:
-    body = conf(lab)
+@pytest.mark.parametrize("kind", IPAMS)
+def test_seed_config_attaches_a_container_and_del_removes_everything(lab: Lab, kind: str) -> None:
+    body = conf(lab, kind=kind)
     result = add(lab, body)
     names = [i["name"] for i in result["interfaces"]]
     assert names[0] == "flatnet0" and names[2] == "eth0" and names[1].startswith("veth")
@@ -191,8 +198,9 @@ def test_is_default_gateway_routes_through_the_bridge(lab: Lab) -> None:
     run(lab, "DEL", body).ok()
 
 
-def test_dual_stack_ipv6_usable_at_return(lab: Lab) -> None:
-    body = dual(lab, isGateway=True)
+@pytest.mark.parametrize("kind", IPAMS)
+def test_dual_stack_ipv6_usable_at_return(lab: Lab, kind: str) -> None:
+    body = dual(lab, isGateway=True, kind=kind)
     other = lab.new_netns("ctr2")
     first, second = add(lab, body), add(lab, body, other)
     assert {ip["address"] for ip in first["ips"]} == {"10.42.0.2/24", "fd42::2/64"}
@@ -304,9 +312,10 @@ def test_no_ipam_gives_a_layer2_attachment(lab: Lab) -> None:
 # ---------------------------------------------------------------------------- masquerade
 
 
-def test_nft_masquerade_outside_sees_the_host_address(lab: Lab) -> None:
+@pytest.mark.parametrize("kind", IPAMS)
+def test_nft_masquerade_outside_sees_the_host_address(lab: Lab, kind: str) -> None:
     out, peer = outside(lab)
-    body = conf(lab, isDefaultGateway=True, ipMasq=True)
+    body = conf(lab, isDefaultGateway=True, ipMasq=True, kind=kind)
     other = lab.new_netns("ctr2")
     add(lab, body)
     add(lab, body, other)
@@ -348,9 +357,10 @@ def test_iptables_masquerade_is_the_go_bridges(lab: Lab) -> None:
 # ---------------------------------------------------------------------------- beyond Go
 
 
+@pytest.mark.parametrize("kind", IPAMS)
 @pytest.mark.parametrize("how", ["empty CNI_NETNS", "netns gone"])
-def test_del_without_the_netns_removes_veth_nat_and_lease(lab: Lab, how: str) -> None:
-    body = conf(lab, isGateway=True, ipMasq=True)
+def test_del_without_the_netns_removes_veth_nat_and_lease(lab: Lab, how: str, kind: str) -> None:
+    body = conf(lab, isGateway=True, ipMasq=True, kind=kind)
     ctr = lab.new_netns("gone")
     add(lab, body, ctr, cid="c1")
     if how == "netns gone":
@@ -365,8 +375,9 @@ def test_del_without_the_netns_removes_veth_nat_and_lease(lab: Lab, how: str) ->
     assert leases(lab) == [] and records(lab) == []
 
 
-def test_gc_removes_what_stale_attachments_left(lab: Lab) -> None:
-    body = conf(lab, version="1.1.0", isGateway=True, ipMasq=True)
+@pytest.mark.parametrize("kind", IPAMS)
+def test_gc_removes_what_stale_attachments_left(lab: Lab, kind: str) -> None:
+    body = conf(lab, version="1.1.0", isGateway=True, ipMasq=True, kind=kind)
     keep, stale = lab.new_netns("keep"), lab.new_netns("stale")
     add(lab, body, keep, cid="keep")
     add(lab, body, stale, cid="stale")
@@ -381,8 +392,9 @@ def test_gc_removes_what_stale_attachments_left(lab: Lab) -> None:
     assert "n_flatnet" not in nft(lab) and leases(lab) == [] and records(lab) == []
 
 
-def test_status_reports_an_unusable_bridge_or_ipam(lab: Lab) -> None:
-    body = conf(lab, version="1.1.0")
+@pytest.mark.parametrize("kind", IPAMS)
+def test_status_reports_an_unusable_bridge_or_ipam(lab: Lab, kind: str) -> None:
+    body = conf(lab, version="1.1.0", kind=kind)
     run(lab, "STATUS", body, netns="").ok()
     lab.host.ip("link", "add", "flatnet0", "type", "veth", "peer", "name", "x0")
     bad = run(lab, "STATUS", body, netns="")
@@ -403,8 +415,9 @@ def test_check_passes_then_names_what_is_missing(lab: Lab) -> None:
     run(lab, "DEL", body).ok()
 
 
-def test_a_hundred_parallel_adds(lab: Lab) -> None:
-    body = conf(lab, ipam={"type": "host-local", "subnet": "10.42.0.0/24"})
+@pytest.mark.parametrize("kind", IPAMS)
+def test_a_hundred_parallel_adds(lab: Lab, kind: str) -> None:
+    body = conf(lab, ipam={"type": kind, "subnet": "10.42.0.0/24"})
     ctrs = [lab.new_netns(f"p{i}") for i in range(100)]
     with ThreadPoolExecutor(16) as pool:
         results = list(pool.map(lambda c: run(lab, "ADD", body, c), ctrs))
@@ -442,9 +455,12 @@ def _at(lab: Lab, body: dict[str, Any], ctr: Netns, spec: str, env: dict[str, st
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("kind", IPAMS)
 @pytest.mark.parametrize("then", ["DEL", "GC"])
-def test_sigkill_at_every_step_of_add_then_del_or_gc_leaves_nothing(lab: Lab, then: str) -> None:
-    body = conf(lab, version="1.1.0", isGateway=True, ipMasq=True)
+def test_sigkill_at_every_step_of_add_then_del_or_gc_leaves_nothing(
+    lab: Lab, then: str, kind: str
+) -> None:
+    body = conf(lab, version="1.1.0", isGateway=True, ipMasq=True, kind=kind)
     ctr = lab.new_netns("kill")
     points = _crash_points(lab, body, ctr)
     assert len(points) >= 20
@@ -463,3 +479,12 @@ def test_sigkill_at_every_step_of_add_then_del_or_gc_leaves_nothing(lab: Lab, th
         )
         assert left == ([], "", False, [], []), f"{point} (exit {killed.returncode}) left {left}"
     time.sleep(0)
+
+
+def test_flatnet_ipam_runs_in_process(lab: Lab) -> None:
+    """No second exec: with no flatnet-ipam in CNI_PATH the ADD still gets its address."""
+    body = conf(lab, kind="flatnet-ipam")
+    result = add(lab, body, env={"CNI_PATH": "/nonexistent"})
+    assert result["ips"][0]["address"] == "10.42.0.2/16" and leases(lab) == ["10.42.0.2"]
+    run(lab, "DEL", body, env={"CNI_PATH": "/nonexistent"}).ok()
+    assert leases(lab) == []
