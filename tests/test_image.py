@@ -29,7 +29,7 @@ from tests.harness.runtimes import stop_process, wait_for
 
 BUILD_IMAGE = REPO / "deploy" / "build-image.sh"
 MANIFESTS = REPO / "deploy" / "kubernetes"
-PLUGINS = ("portmap", "bandwidth", "tuning", "flatnet-ipam")
+PLUGINS = ("portmap", "bandwidth", "tuning", "flatnet", "flatnet-ipam")
 CHROOT = shutil.which("chroot") or "/usr/sbin/chroot"  # resolved here: plugins get no PATH
 SITE = next((Path(OUR_BIN).parent / "lib").glob("python3*/site-packages"))
 TAG = "localhost/cmpt-cni-meta-plugins:test"

@@ -22,7 +22,7 @@ from tests.harness.plugins import GO_BIN, OUR_BIN, REPO
 INSTALL = REPO / "deploy" / "install.sh"
 BUILD_BUNDLE = REPO / "deploy" / "build-bundle.sh"
 MANIFEST = REPO / "deploy" / "kubernetes" / "daemonset.yaml"
-PLUGINS = ("portmap", "bandwidth", "tuning", "flatnet-ipam")
+PLUGINS = ("portmap", "bandwidth", "tuning", "flatnet", "flatnet-ipam")
 # Ours that have a Go plugin of the same name, which an install moves aside.
 REPLACES_GO = ("portmap", "bandwidth", "tuning")
 CHROOT = shutil.which("chroot") or "/usr/sbin/chroot"  # resolved here: plugins get no PATH
