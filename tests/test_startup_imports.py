@@ -132,6 +132,12 @@ BUDGET = {
     ("tuning", "ADD"): 122,
     ("tuning", "CHECK"): 122,
     ("tuning", "DEL"): 122,
+    # flatnet: pyroute2's link, address and route messages, the attachment engine, and
+    # flatnet-ipam's library in-process; nftables (libnftables through ctypes) for ipMasq.
+    ("flatnet", "VERSION"): 9,
+    ("flatnet", "ADD"): 134,
+    ("flatnet", "CHECK"): 133,
+    ("flatnet", "DEL"): 133,
 }
 
 # deploy/install.sh's launcher, run as `python -IS -X importtime LAUNCHER` (a shebang
@@ -218,6 +224,7 @@ def imported(
     argv = ["ip", "netns", "exec", host, *python] if host else python
     data = json.dumps(conf or {"cniVersion": "1.0.0"}).encode() if stdin is None else stdin
     proc = subprocess.run(argv, input=data, env=full, capture_output=True, check=False)
+    (tmp / f"stdout-{plugin}-{command}.json").write_bytes(proc.stdout)  # e.g. for CHECK
     assert proc.returncode == 0, f"{plugin} {command} failed: {proc.stdout!r} {proc.stderr!r}"
     return Imports(out.read_text().split(), proc.stderr.decode(errors="replace"))
 
@@ -247,7 +254,7 @@ def problems_of(found: Imports, bare: set[str], command: str, kind: str) -> list
     return problems
 
 
-@pytest.mark.parametrize("plugin", ["portmap", "bandwidth", "tuning"])
+@pytest.mark.parametrize("plugin", ["portmap", "bandwidth", "tuning", "flatnet"])
 def test_version_imports_almost_nothing(tmp_path: Path, bare: set[str], plugin: str) -> None:
     problems = problems_of(imported(tmp_path, plugin, "VERSION"), bare, "VERSION", plugin)
     assert not problems, f"{plugin} VERSION: " + "\n".join(problems)
@@ -348,6 +355,38 @@ def test_add_check_del_import_only_what_they_use(
         f"{kind} {command}: {problem}"
         for command, imports in found.items()
         for problem in problems_of(imports, bare, command, kind)
+    ]
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.root
+def test_flatnet_add_check_del_import_only_what_they_use(
+    lab: Lab, tmp_path: Path, bare: set[str]
+) -> None:
+    config: dict[str, Any] = {
+        "cniVersion": "1.0.0", "name": "imports", "type": "flatnet", "bridge": "fl0",
+        "isGateway": True, "ipMasq": True,
+        "ipam": {"type": "flatnet-ipam", "subnet": "10.42.0.0/24",
+                 "dataDir": str(tmp_path / "leases")},
+    }  # fmt: skip
+    found = {}
+    for command in ("ADD", "CHECK", "DEL"):
+        if command == "CHECK":
+            added = json.loads((tmp_path / "stdout-flatnet-ADD.json").read_text())
+            config = {**config, "prevResult": added}
+        found[command] = imported(
+            tmp_path,
+            "flatnet",
+            command,
+            config,
+            netns=lab.ctr.path,
+            host=lab.host.name,
+            env=lab.env,
+        )
+    problems = [
+        f"flatnet {command}: {problem}"
+        for command, imports in found.items()
+        for problem in problems_of(imports, bare, command, "flatnet")
     ]
     assert not problems, "\n".join(problems)
 
