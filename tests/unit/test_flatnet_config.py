@@ -36,8 +36,8 @@ def test_go_defaults() -> None:
 
 
 def test_seed_config_as_written() -> None:
-    cfg = parse(bridge="flatnet0", mtu=1500,
-                ipam={"type": "flatnet-ipam", "subnet": "10.42.0.0/16", "gateway": "10.42.0.1"})  # fmt: skip
+    ipam = {"type": "flatnet-ipam", "subnet": "10.42.0.0/16", "gateway": "10.42.0.1"}
+    cfg = parse(bridge="flatnet0", mtu=1500, ipam=ipam)
     assert (cfg.bridge, cfg.mtu, cfg.ipam_type, cfg.ipam_in_process) == (
         "flatnet0", 1500, "flatnet-ipam", True)  # fmt: skip
 
