@@ -96,7 +96,8 @@ class ChainLab:
     ) -> Network:
         """Bind a list (dict, file or ConfList) to this lab: plugins run in `host`,
         results are cached in `workdir`, and host-local and flatnet-ipam keep their
-        leases in `workdir` unless the list sets its own dataDir. `plugin_path`: default_plugin_path()."""
+        leases in `workdir` unless the list sets its own dataDir. `plugin_path`:
+        default_plugin_path()."""
         parsed = conflist if isinstance(conflist, ConfList) else load_conflist(conflist)
         plugins = json.loads(json.dumps(parsed.plugins))  # a copy: the caller's list stays
         for plugin in plugins:

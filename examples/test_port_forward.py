@@ -1,7 +1,8 @@
 """Port forwarding from the host into a container, with real TCP.
 
-The chain is this package's flatnet (with flatnet-ipam in-process), then its portmap. The plugins run inside
-the fixture's throwaway "host" namespace; the container is another throwaway namespace.
+The chain is this package's flatnet (with flatnet-ipam in-process), then its portmap. The
+plugins run inside the fixture's throwaway "host" namespace; the container is another
+throwaway namespace.
 """
 
 import os

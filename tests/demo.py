@@ -5,7 +5,8 @@ Creates three network namespaces - a "host" where the plugins run, a "container"
 flatnet-ipam, portmap, bandwidth and tuning: our code alone, no Go plugin in CNI_PATH)
 through cni-chain with a port mapping, a bandwidth limit and a MAC, serves HTTP in the
 container, fetches it through the host port, measures the shaped rates, shows what the
-plugins applied, tears everything down and proves nothing is left. Nothing touches the machine's own network namespace.
+plugins applied, tears everything down and proves nothing is left. Nothing touches the
+machine's own network namespace.
 """
 
 from __future__ import annotations
