@@ -81,7 +81,7 @@ demo: apt-demo venv
 # Regenerates bench/results/ (about 20 minutes on a 2-core VM; portmap_scale builds up 5000
 # attachments). `make bench BENCH_ARGS=--quick` is a smoke test of every bench (a few rounds,
 # written to bench/results/raw/quick/, which is not committed); BENCHES="..." picks some.
-BENCHES := startup installed_startup plugin_calls meta_chain podman_run runtime_pods \
+BENCHES := startup installed_startup plugin_calls meta_chain flatnet_chain podman_run runtime_pods \
 	tuning_latency bandwidth_latency bandwidth_accuracy portmap_scale
 BENCH_ARGS ?=
 bench: deps
