@@ -16,7 +16,6 @@ if TYPE_CHECKING:
     from common.log import Log
 
 PLUGIN = "flatnet"
-MASQ_LOCK = "masq.lock"  # the per-network masquerade's "am I its last owner" decision
 
 
 def store(log: Log | None = None) -> AttachmentStore:
