@@ -23,6 +23,7 @@ from common.errors import KERNEL_FAILURE, CniError
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable
+    from typing import Any
 
 TABLE = "cni_flatnet"
 MAX_PLAIN_NAME = 200  # chain and set names end at 255 bytes, with room for the suffixes
@@ -56,6 +57,15 @@ def _objects(network: str) -> list[str]:
     return lines
 
 
+def nft_elements_script(network: str, prefixes: Iterable[str]) -> str:
+    """The transaction of an ADD whose network's objects exist: its prefixes only (a
+    no-op when they are there). It fails when the sets are missing: then nft_add_script."""
+    chain = chain_name(network)
+    return "".join(
+        f"add element inet {TABLE} {chain}_{6 if ':' in p else 4} {{ {p} }}\n" for p in prefixes
+    )
+
+
 def nft_add_script(network: str, prefixes: Iterable[str]) -> str:
     """The transaction of an ADD: the network's objects, its two rules (rewritten, so
     that a second ADD does not add them twice), the attachment's prefixes."""
@@ -84,17 +94,34 @@ def nft_delete_script(network: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def nft_run(script: str) -> None:
+def nft_add(network: str, prefixes: list[str]) -> None:
+    """Masquerade `prefixes` of `network`. The network's chain and sets are written only
+    when its sets are missing: rewriting the chain deletes its rules, and a transaction
+    that deletes makes the process wait for a grace period of the kernel's at exit."""
+    context = _context()
+    rc, _, _ = context.run(nft_elements_script(network, prefixes))
+    if rc != 0:
+        _run_in(context, nft_add_script(network, prefixes))
+
+
+def _context() -> Any:
     from common.libnftables import Context
 
     try:
-        context = Context()
+        return Context()
     except OSError as e:
         raise CniError(
             KERNEL_FAILURE,
             "libnftables is not available for ipMasq",
             f"{e}; install libnftables1, or set ipMasqBackend to iptables",
         ) from None
+
+
+def nft_run(script: str) -> None:
+    _run_in(_context(), script)
+
+
+def _run_in(context: Any, script: str) -> None:
     rc, _, err = context.run(script)
     if rc != 0:
         raise CniError(KERNEL_FAILURE, "nftables refused the masquerade rules", err.strip())

@@ -65,10 +65,6 @@ class Plan:
         self.routes = routes
         self.bridge_addresses = bridge_addresses
 
-    @property
-    def families(self) -> set[int]:
-        return {ip.family for ip in self.ips}
-
 
 def make_plan(cfg: Config, ipam: Result) -> Plan:
     """Go's calcGateways: each address points at the container interface; with isGateway

@@ -303,8 +303,7 @@ def _masquerade(request: Request, rec: Record, addresses: list[str]) -> None:
     if rec.masq == "iptables":
         masq.iptables_add(request.network, request.container_id, addresses)
     else:
-        prefixes = sorted({network_of(a) for a in addresses})
-        masq.nft_run(masq.nft_add_script(request.network, prefixes))
+        masq.nft_add(request.network, sorted({network_of(a) for a in addresses}))
 
 
 # ---------------------------------------------------------------------------- teardown
