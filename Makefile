@@ -82,7 +82,7 @@ demo: apt-demo venv
 # attachments). `make bench BENCH_ARGS=--quick` is a smoke test of every bench (a few rounds,
 # written to bench/results/raw/quick/, which is not committed); BENCHES="..." picks some.
 BENCHES := startup installed_startup plugin_calls meta_chain flatnet_chain podman_run runtime_pods \
-	tuning_latency bandwidth_latency bandwidth_accuracy portmap_scale
+	tuning_latency bandwidth_latency bandwidth_accuracy portmap_scale ipam_scale
 BENCH_ARGS ?=
 bench: deps
 	$(PY) -m pip install -q -e '.[test,bench]' --config-settings editable_mode=compat

@@ -53,9 +53,9 @@ def allocate(config: IpamConfig, container_id: str, ifname: str, log: Log | None
     An attachment that already holds leases gets the same addresses again. Crash-safe:
     its record (intent) is written before a lease exists, each lease is created complete
     or not at all, and a failure undoes what this call claimed. Errors: 7 (a requested
-    address outside the ranges), 11 (lock not taken in time), 5 (the store), 101 (a
-    requested address taken), 100+... see docs/flatnet-ipam.md; "no IP addresses
-    available in range set ..." is 101 as well."""
+    address in no range set), 101 (a requested address taken or the gateway, or "no IP
+    addresses available in range set ..."), 11 (the lock not taken in time), 5 (the lease
+    directory or the index cannot be used)."""
     from flatnet_ipam import store
 
     return store.allocate(config, container_id, ifname, log)

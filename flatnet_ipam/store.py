@@ -43,10 +43,12 @@ from flatnet_ipam.addr import format_cidr, format_ip, parse_ip
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from typing import Any
 
     from common.gc import AttachmentId
     from common.log import Log
     from common.result import DNS, Result
+    from common.state import Owner as StoreOwner
     from flatnet_ipam.config import IpamConfig, Range, RangeSet
 
 INDEX_DIR = ".flatnet-ipam"  # in dataDir; no network is named so (names start alnum)
@@ -78,6 +80,44 @@ class Lease(state.Record):
         "boot": Key("boot", non_empty, required=True),
         "adopted": Key("adopted", flag),
     }
+
+    @staticmethod
+    def file_name(network: str, container_id: str, ifname: str) -> str:
+        """common.state.tagged_name, the network's part computed once per process: a GC
+        names thousands of records of one network."""
+        from common.digest import sha256_hex
+
+        tag = _NETWORK_TAGS.get(network)
+        if tag is None:
+            tag = _NETWORK_TAGS[network] = sha256_hex(network.encode())[:8]
+        raw = "\0".join((network, container_id, ifname)).encode()
+        return f"{tag}-{sha256_hex(raw)[:16]}.json"
+
+    @classmethod
+    def from_json(cls, raw: Any) -> Lease | None:
+        """As common.state.Record.from_json decodes by KEYS, without its generic walk (a
+        GC decodes thousands); tests/unit hold the two to the same answers."""
+        if not isinstance(raw, dict):
+            return None
+        owner = [raw.get(k) for k in ("network", "containerID", "ifname")]
+        for key, value in zip(("network", "containerID", "ifname"), owner, strict=True):
+            if not isinstance(value, str) or not value:
+                raise ValueError(f"{key} is missing" if value is None else f"{key} is not valid")
+        committed, adopted = raw.get("committed", False), raw.get("adopted", False)
+        for key, value in (("committed", committed), ("adopted", adopted)):
+            if value is not None and not isinstance(value, bool):
+                raise ValueError(f"{key} is not true or false")
+        boot = raw.get("boot")
+        if not isinstance(boot, str) or not boot:
+            raise ValueError("boot is missing" if boot is None else "boot is not valid")
+        if raw.get("addresses") is None:
+            raise ValueError("addresses is missing")
+        addresses = _addresses(raw["addresses"])
+        network, container_id, ifname = (str(v) for v in owner)
+        return cls(network, container_id, ifname, bool(committed), addresses, boot, bool(adopted))
+
+
+_NETWORK_TAGS: dict[str, str] = {}
 
 
 def boot_id() -> str:
@@ -115,6 +155,7 @@ class _Held:
         leases = self.leases
         leases._depth -= 1
         if leases._depth == 0 and leases._lock is not None:
+            leases._entries = None  # what another process may change from now on
             leases._lock.__exit__(*exc)
             leases._lock = None
 
@@ -133,6 +174,11 @@ class LeaseStore(AttachmentStore):
         self._lock: flock_with_deadline | None = None
         self._dfd = -1
         self._seen: dict[str, object] | None = None
+        # The records, read once per lock held (the scans and GC's sweep need them all).
+        self._entries: dict[str, Any] | None = None
+        # A lease of a record named another attachment: the address changed hands behind
+        # our back, so the next call reads every lease file again (see adopt).
+        self.rescan_next = False
 
     def __del__(self) -> None:
         if self._dfd >= 0:
@@ -141,6 +187,22 @@ class LeaseStore(AttachmentStore):
 
     def lock(self, name: str = "", timeout: float | None = None) -> _Held:  # type: ignore[override]
         return _Held(self)
+
+    def entries(self, network: str) -> dict[str, Any]:
+        if self._entries is None or self._depth == 0:
+            self._entries = super().entries(network)
+        return self._entries
+
+    def save(self, owner: StoreOwner, entry: Any) -> None:
+        super().save(owner, entry)
+        if self._entries is not None:
+            self._entries[self.file_of(owner)] = entry
+
+    def forget(self, owner: StoreOwner) -> None:
+        name = self.file_of(owner)  # (a Lease has no former name)
+        self.remove(name)
+        if self._entries is not None:
+            self._entries.pop(name, None)
 
     # ------------------------------------------------------------ the lease directory
 
@@ -231,7 +293,10 @@ class LeaseStore(AttachmentStore):
     def free(self, name: str, content: bytes) -> bool:
         """Remove the lease `name` if it still holds `content` (a file that names another
         attachment now is theirs); True when it was removed."""
-        if self.holder(name) != content:
+        held = self.holder(name)
+        if held != content:
+            if held:
+                self.rescan_next = True
             return False
         try:
             os.unlink(name, dir_fd=self._dfd)
@@ -289,7 +354,9 @@ class LeaseStore(AttachmentStore):
                 mtime -= 1
             except OSError as e:
                 raise self._io_error("set the mtime of", ".", e) from None
-        seen: dict[str, object] = {"boot": self.boot, "dir": [ino, mtime]}
+        # [0, 0] matches no directory: the next call reads every lease file again.
+        stamp = [0, 0] if self.rescan_next else [ino, mtime]
+        seen: dict[str, object] = {"boot": self.boot, "dir": stamp}
         if seen != self._seen:
             self.write_json(SEEN, seen)
             self._seen = seen
@@ -301,25 +368,36 @@ class LeaseStore(AttachmentStore):
         files the adoption wrote."""
         seen = self._seen = self._read_seen()
         adopted: list[str] = []
-        if scan or seen is None or seen.get("dir") != self._dir_stamp():
-            adopted = self.adopt()
+        if seen is None or seen.get("dir") != self._dir_stamp():
+            adopted = self.adopt(read_all=True)
+        elif scan:
+            adopted = self.adopt(read_all=False)
         if seen is not None and seen.get("boot") != self.boot and self.config.release_on_reboot:
             self.release_earlier_boots()
         return adopted
 
-    def adopt(self) -> list[str]:
+    def adopt(self, *, read_all: bool) -> list[str]:
         """One scan of the lease directory: every lease no record of ours lists gets one
         (an adopted record, of this boot: we cannot tell when another writer made it, and
         freeing a live lease would hand its address out twice). Empty lease files (a writer
         killed between create and write: no DEL would ever match them) and our temporary
-        files are removed: under the lock, no writer is between those steps."""
+        files are removed: under the lock, no writer is between those steps.
+
+        Without `read_all` (GC's scan, when nothing changed behind our back), a lease that
+        a record lists is not read: freeing it checks whose it is, and one found to be
+        another's makes the next call read them all (rescan_next)."""
         found: dict[tuple[str, str], list[str]] = {}
+        records = self.entries(self.config.network)
+        listed = {n: r for r in records.values() for n in r.addresses}
         dfd = self._dfd
         for name in os.listdir(dfd):
             if name.startswith(TMP_PREFIX):
                 self._unlink_quietly(name)
                 continue
             if not _is_lease_name(name):
+                continue
+            record = listed.get(name)
+            if record is not None and not read_all:
                 continue
             content = self.holder(name)
             if content is None:
@@ -328,16 +406,15 @@ class LeaseStore(AttachmentStore):
                 self._unlink_quietly(name)
                 self.logger.info(f"removed the empty lease {name}")
                 continue
+            if record is not None and content == lease_content(record.container_id, record.ifname):
+                continue
             cid, sep, ifname = content.decode("utf-8", "replace").partition("\r\n")
             if sep and cid and ifname:
                 found.setdefault((cid, ifname), []).append(name)
         written = []
         for (cid, ifname), names in found.items():
             owner = Owner(self.config.network, cid, ifname)
-            try:
-                record = self.load(owner)
-            except CniError:
-                continue
+            record = records.get(self.file_of(owner))
             if record is not None and all(n in record.addresses for n in names):
                 continue
             if record is None:
@@ -354,7 +431,7 @@ class LeaseStore(AttachmentStore):
 
     def release_earlier_boots(self) -> None:
         """Free every lease recorded in an earlier boot: no container outlives a reboot."""
-        for record in self.entries(self.config.network).values():
+        for record in list(self.entries(self.config.network).values()):
             if record.boot != self.boot:
                 freed = self.free_all(record)
                 self.forget(record)
@@ -446,15 +523,18 @@ def allocate(config: IpamConfig, container_id: str, ifname: str, log: Log | None
             held = [] if previous is None else list(previous.addresses)
             chosen = _choose(config, leases, held, content)
             names = [format_ip(family, value) for _, _, family, value in chosen]
+            # What it held and keeps no more (a range set the config no longer has, a
+            # request for another address): recorded until freed, below.
+            dropped = [n for n in held if n not in names]
 
             def undo() -> None:
                 # All of them, those it held before too: a failed ADD leaves the
                 # attachment nothing, and its record is forgotten.
-                for name in names:
+                for name in [*names, *dropped]:
                     leases.free(name, content)
 
             record = Lease(config.network, container_id, ifname, False, names, leases.boot)
-            change.intend(record, undo=undo)
+            change.intend(record.replace(addresses=[*names, *dropped]), undo=undo)
             for (index, fresh, _, _), name in zip(chosen, names, strict=True):
                 if fresh:
                     if not leases.claim(name, content):
@@ -464,6 +544,9 @@ def allocate(config: IpamConfig, container_id: str, ifname: str, log: Log | None
                             "a writer that does not take the network's lock? try again",
                         )
                     leases.write_cursor(index, name)
+            for name in dropped:
+                leases.free(name, content)
+            change.confirm(record)
         leases.note_seen()
     return _result(config, chosen)
 
@@ -632,12 +715,12 @@ def gc(config: IpamConfig, valid: set[AttachmentId], log: Log | None) -> None:
         raise CniError(IO_FAILURE, f"cannot list {config.lease_dir}", str(e)) from None
     with leases.lock():
         adopted = leases.prepare(scan=True)
-        now = leases.stamps()
+        records = leases.entries(config.network)
         for name in adopted:
-            record = leases.read(name)
+            record, st = records.get(name), leases._stat(name)
             # Adopted from leases that were all there when GC started: not an ADD in flight.
-            if record is not None and all(n in names_before for n in record.addresses):
-                before[name] = now[name]
+            if record is not None and st and all(n in names_before for n in record.addresses):
+                before[name] = (st.st_ino, st.st_mtime_ns)
         with Engine(leases, log).collecting(config.network, valid, leases.free_all, before=before):
             pass
         leases.note_seen()

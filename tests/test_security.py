@@ -803,7 +803,7 @@ def test_a_data_dir_with_planted_symlinks_makes_tuning_refuse_and_write_nothing(
 
 # ---------------------------------------------------------------------------- no shell
 
-SOURCE_DIRS = ("common", "portmap", "bandwidth", "tuning", "deploy")
+SOURCE_DIRS = ("common", "portmap", "bandwidth", "tuning", "flatnet_ipam", "deploy")
 SPAWNERS = {
     ("subprocess", name) for name in ("run", "call", "check_call", "check_output", "Popen")
 } | {("os", name) for name in ("system", "popen", "execl", "execlp", "spawnl", "spawnlp")}

@@ -77,6 +77,8 @@ NOT_FOR = {
     "portmap-nftables": ("portmap.xtables", "pyroute2", "contextlib"),
     "portmap-iptables": ("common.libnftables", "pyroute2", "contextlib"),
     # pyroute2's tcmsg package would import every qdisc and classifier it knows.
+    # An IPAM plugin's work is files: no netlink, no ctypes, no ipaddress (flatnet_ipam.addr).
+    "flatnet-ipam": ("pyroute2", "portmap", "bandwidth", "tuning", "ipaddress", "ctypes"),
     "bandwidth": (
         "portmap",
         "tuning",
@@ -106,6 +108,7 @@ BUDGET = {
     ("portmap", "VERSION"): 9,
     ("bandwidth", "VERSION"): 9,
     ("tuning", "VERSION"): 9,
+    ("flatnet_ipam", "VERSION"): 9,
     ("portmap-nftables", "ADD"): 53,
     ("portmap-nftables", "CHECK"): 53,
     ("portmap-nftables", "DEL"): 43,  # no plan (nor ipaddress) when the state file says
@@ -138,6 +141,14 @@ BUDGET = {
     ("flatnet", "ADD"): 134,
     ("flatnet", "CHECK"): 133,
     ("flatnet", "DEL"): 133,
+    # flatnet-ipam: the config, the store (os, fcntl, common.state), the engine, and
+    # _socket's inet_pton for addresses; GC also contextlib (the engine's GC block) and
+    # common.gc.
+    ("flatnet-ipam", "ADD"): 34,
+    ("flatnet-ipam", "CHECK"): 33,
+    ("flatnet-ipam", "DEL"): 34,
+    ("flatnet-ipam", "GC"): 44,
+    ("flatnet-ipam", "STATUS"): 31,
 }
 
 # deploy/install.sh's launcher, run as `python -IS -X importtime LAUNCHER` (a shebang
@@ -254,7 +265,7 @@ def problems_of(found: Imports, bare: set[str], command: str, kind: str) -> list
     return problems
 
 
-@pytest.mark.parametrize("plugin", ["portmap", "bandwidth", "tuning", "flatnet"])
+@pytest.mark.parametrize("plugin", ["portmap", "bandwidth", "tuning", "flatnet", "flatnet_ipam"])
 def test_version_imports_almost_nothing(tmp_path: Path, bare: set[str], plugin: str) -> None:
     problems = problems_of(imported(tmp_path, plugin, "VERSION"), bare, "VERSION", plugin)
     assert not problems, f"{plugin} VERSION: " + "\n".join(problems)
@@ -454,4 +465,22 @@ def test_pass_through_imports_only_the_config(
         extra = [m for m in found[command].modules if m in NOT_FOR_PASS_THROUGH_ADD]
         if extra:
             problems.append(f"{plugin} {command} passes through, yet imported {extra}")
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.root
+def test_flatnet_ipam_verbs_import_only_what_they_use(
+    lab: Lab, tmp_path: Path, bare: set[str]
+) -> None:
+    ipam = {"type": "flatnet-ipam", "subnet": "10.99.0.0/24", "dataDir": str(tmp_path / "leases")}
+    config = {"cniVersion": "1.1.0", "name": "importnet", "type": "flatnet-ipam", "ipam": ipam}
+    problems = []
+    for command in ("ADD", "CHECK", "DEL", "STATUS", "GC"):
+        netns = lab.ctr.path if command in ("ADD", "CHECK", "DEL") else ""
+        found = imported(tmp_path, "flatnet_ipam", command, config, netns=netns,
+                         host=lab.host.name, env=lab.env)  # fmt: skip
+        problems += [f"flatnet-ipam {command}: {p}"
+                     for p in problems_of(found, bare, command, "flatnet-ipam")]  # fmt: skip
+        if command != "GC" and "contextlib" in found.modules:
+            problems.append(f"flatnet-ipam {command} imported contextlib")
     assert not problems, "\n".join(problems)

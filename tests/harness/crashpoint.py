@@ -61,6 +61,15 @@ WATCHED = {
         "tuning.apply:ContainerNetns.change_link",
         *STATE_STEPS,
     ),
+    # The package's name (flatnet-ipam's executable runs flatnet_ipam.__main__): its lease
+    # files, the cursor, and what it remembers of the lease directory.
+    "flatnet_ipam": (
+        "flatnet_ipam.store:LeaseStore.claim",
+        "flatnet_ipam.store:LeaseStore.free",
+        "flatnet_ipam.store:LeaseStore.write_cursor",
+        "flatnet_ipam.store:LeaseStore.note_seen",
+        *STATE_STEPS,
+    ),
 }
 
 
