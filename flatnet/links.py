@@ -90,13 +90,18 @@ class Rtnl:
 
     def __init__(self, netns: str = "") -> None:
         self.sock = RtnlSocket(tc=False, netns=netns)
-        modules = self.sock.modules
+        self.m = self.sock.modules
+
+    def _ip_messages(self) -> Any:
+        """pyroute2's address and route classes, loaded by the first call that sends one
+        (DEL sends none)."""
+        modules = self.m
         if not hasattr(modules, "ifaddrmsg"):
             from pyroute2.netlink.rtnl.ifaddrmsg import ifaddrmsg
             from pyroute2.netlink.rtnl.rtmsg import rtmsg
 
             modules.ifaddrmsg, modules.rtmsg = ifaddrmsg, rtmsg
-        self.m = modules
+        return modules
 
     def close(self) -> None:
         self.sock.close()
@@ -233,7 +238,7 @@ class Rtnl:
 
     def addresses(self, index: int, family: int = 0) -> list[str]:
         """The link's addresses as CIDRs (link-local IPv6 ones included)."""
-        msg = self.m.ifaddrmsg()
+        msg = self._ip_messages().ifaddrmsg()
         msg["family"] = family
         out = []
         for reply in self.sock.request(msg, RTM_GETADDR, NLM_F_DUMP):
@@ -245,7 +250,7 @@ class Rtnl:
     def _address_msg(self, index: int, cidr: str, nodad: bool) -> Any:
         address, _, length = cidr.partition("/")
         family = _family(address)
-        msg = self.m.ifaddrmsg()
+        msg = self._ip_messages().ifaddrmsg()
         msg["family"] = family
         msg["prefixlen"] = int(length)
         msg["index"] = index
@@ -270,7 +275,7 @@ class Rtnl:
     def add_route(self, index: int, route: Route, gateway: str) -> None:
         dst, _, length = route.dst.partition("/")
         family = _family(dst)
-        msg = self.m.rtmsg()
+        msg = self._ip_messages().rtmsg()
         msg["family"] = family
         msg["dst_len"] = int(length or (128 if family == AF_INET6 else 32))
         msg["table"] = RT_TABLE_MAIN if route.table is None or route.table > 255 else route.table

@@ -225,6 +225,21 @@ def test_mtu_reaches_a_bridge_that_exists(lab: Lab) -> None:
     run(lab, "DEL", body).ok()
 
 
+def test_mac_of_a_bridge_made_elsewhere_is_pinned(lab: Lab) -> None:
+    """A bridge whose MAC was never set takes its lowest port's MAC as ports come and go
+    (netavark #833); ADD sets it to what it is, so it stays put."""
+    lab.host.ip("link", "add", "flatnet0", "type", "bridge")
+    body = conf(lab)
+    mac = lab.host.ip("-br", "link", "show", "flatnet0").split()[2]
+    ctrs = [lab.new_netns(f"m{i}") for i in range(4)]
+    for ctr in ctrs:
+        add(lab, body, ctr)
+        assert lab.host.ip("-br", "link", "show", "flatnet0").split()[2] == mac
+    for ctr in ctrs:
+        run(lab, "DEL", body, ctr).ok()
+        assert lab.host.ip("-br", "link", "show", "flatnet0").split()[2] == mac
+
+
 def test_options_hairpin_isolation_mac_promisc(lab: Lab) -> None:
     mac = "02:42:0a:2a:00:09"
     body = conf(lab, hairpinMode=True, portIsolation=True, runtimeConfig={"mac": mac})
