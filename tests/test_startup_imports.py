@@ -140,7 +140,7 @@ BUDGET = {
     ("flatnet", "VERSION"): 9,
     ("flatnet", "ADD"): 134,
     ("flatnet", "CHECK"): 133,
-    ("flatnet", "DEL"): 133,
+    ("flatnet", "DEL"): 131,
     # flatnet-ipam: the config, the store (os, fcntl, common.state), the engine, and
     # _socket's inet_pton for addresses; GC also contextlib (the engine's GC block) and
     # common.gc.
