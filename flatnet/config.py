@@ -153,3 +153,26 @@ def _ipam_type(body: JsonObject) -> str:
             f"ipam.type {kind[:40]!r} is not a plugin name", "the name of a plugin in CNI_PATH"
         )
     return kind
+
+
+def parse_teardown(conf: NetConf) -> Config:
+    """What DEL and GC read of the config: the IPAM type and the masquerade, nothing they
+    would refuse. A config ADD refused (an unimplemented option, a bad MTU) made nothing,
+    so its DEL must succeed: runtimes retry a failing DEL for as long as it fails."""
+    from common.errors import CniError
+
+    body = conf.body
+    try:
+        ip_masq = bool(body.boolean("ipMasq", False))
+    except CniError:
+        ip_masq = False
+    backend = body.get("ipMasqBackend")
+    try:
+        ipam_type = _ipam_type(body)
+    except CniError:
+        ipam_type = ""  # no plugin could have that name: ADD never leased anything
+    return Config(
+        ip_masq=ip_masq,
+        masq_backend=backend if backend in MASQ_BACKENDS else "nftables",
+        ipam_type=ipam_type,
+    )

@@ -366,7 +366,7 @@ def _everything() -> Progress:
 def delete(request: Request) -> None:
     """Remove what the attachment's record says; without one (a Go bridge's attachment,
     or a lost record), what the config and the container's namespace show."""
-    cfg = config.parse(request.conf, request.env)
+    cfg = config.parse_teardown(request.conf)
     from flatnet import record
 
     store = record.store(request.log)
@@ -395,7 +395,15 @@ def _teardown_unrecorded(request: Request, cfg: Config, store: AttachmentStore) 
         if not _others_hold_masq(store, probe):
             masq.nft_run(masq.nft_delete_script(request.network))
     if cfg.ipam_type:
-        _ipam(request, cfg.ipam_type).delete()
+        try:
+            ipam = _ipam(request, cfg.ipam_type)
+        except CniError as e:
+            if e.code != INVALID_CONFIG:
+                raise
+            # flatnet-ipam's section is one ADD refused: no lease can exist under it.
+            request.log.warning(f"DEL without a record: not releasing a lease: {e}")
+            return
+        ipam.delete()
 
 
 # ---------------------------------------------------------------------------- CHECK
@@ -454,7 +462,7 @@ def gc(request: Request) -> None:
     """Tear down the attachments of this network the runtime no longer knows (host veth,
     masquerade, lease), then the network's masquerade when no attachment is left, then
     the IPAM's own GC."""
-    cfg = config.parse(request.conf, request.env)
+    cfg = config.parse_teardown(request.conf)
     from common.digest import sha256_hex
     from common.gc import valid_attachments
     from flatnet import record

@@ -311,6 +311,19 @@ def test_ipam_failure_rolls_the_add_back(lab: Lab) -> None:
     run(lab, "DEL", body).ok()
 
 
+@pytest.mark.parametrize("kind", IPAMS)
+@pytest.mark.parametrize(
+    "bad", [{"macspoofchk": True}, {"mtu": 10}, {"ipam": {"type": "flatnet-ipam"}}]
+)
+def test_del_of_a_refused_add_succeeds(lab: Lab, kind: str, bad: dict[str, Any]) -> None:
+    body = {**conf(lab, kind=kind), **bad}
+    refused = run(lab, "ADD", body)
+    assert refused.returncode != 0 and refused.json["code"] == 7
+    run(lab, "DEL", body).ok()
+    run(lab, "DEL", body, netns="").ok()
+    assert records(lab) == [] and leases(lab) == []
+
+
 def test_missing_ipam_plugin_is_named(lab: Lab) -> None:
     failed = run(lab, "ADD", conf(lab, ipam={"type": "no-such-ipam"}))
     assert failed.returncode != 0 and "no-such-ipam" in failed.json["msg"]

@@ -139,3 +139,16 @@ def test_go_iptables_names() -> None:
     # Go: "CNI-" + sha512(network + containerID) hex, cut at 28 characters
     assert masq.go_chain("mynet", "ctr") == "CNI-0f531d4f992fa45ddca676c5"
     assert masq.go_comment("mynet", "ctr") == 'name: "mynet" id: "ctr"'
+
+
+def test_del_and_gc_read_what_add_refused() -> None:
+    """A DEL of a config ADD refused must not fail on the same refusal (runtimes retry a
+    failing DEL): only the IPAM type and the masquerade are read, leniently."""
+    raw = {"cniVersion": "1.0.0", "name": "n", "type": "flatnet", "macspoofchk": True,
+           "mtu": 10, "ipMasq": True, "ipMasqBackend": "iptables",
+           "ipam": {"type": "host-local"}}  # fmt: skip
+    cfg = config.parse_teardown(parse_netconf(raw))
+    assert (cfg.ipam_type, cfg.ip_masq, cfg.masq_backend) == ("host-local", True, "iptables")
+    odd = {**raw, "ipMasq": "yes", "ipMasqBackend": 5, "ipam": {"type": "../x"}}
+    cfg = config.parse_teardown(parse_netconf(odd))
+    assert (cfg.ipam_type, cfg.ip_masq, cfg.masq_backend) == ("", False, "nftables")
