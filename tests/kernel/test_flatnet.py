@@ -324,6 +324,20 @@ def test_del_of_a_refused_add_succeeds(lab: Lab, kind: str, bad: dict[str, Any])
     assert records(lab) == [] and leases(lab) == []
 
 
+def test_any_ipam_type_is_execd_through_cni_path(lab: Lab) -> None:
+    """Go's static IPAM, exec'd exactly as the Go bridge execs it."""
+    ipam = {"type": "static", "addresses": [{"address": "10.42.7.9/16", "gateway": "10.42.0.1"}],
+            "routes": [{"dst": "192.0.2.0/24"}]}  # fmt: skip
+    body = conf(lab, ipam=ipam, args={"cni": {"mac": "02:00:00:00:07:09"}})
+    result = add(lab, body)
+    assert result["ips"] == [{"interface": 2, "address": "10.42.7.9/16", "gateway": "10.42.0.1"}]
+    assert result["interfaces"][2]["mac"] == "02:00:00:00:07:09"
+    assert "10.42.7.9/16" in lab.ctr.ip("-br", "addr", "show", "eth0")
+    assert "192.0.2.0/24 via 10.42.0.1 dev eth0" in lab.ctr.ip("route")
+    run(lab, "DEL", body).ok()
+    assert not lab.ctr.ip("link", "show", "eth0", check=False)
+
+
 def test_missing_ipam_plugin_is_named(lab: Lab) -> None:
     failed = run(lab, "ADD", conf(lab, ipam={"type": "no-such-ipam"}))
     assert failed.returncode != 0 and "no-such-ipam" in failed.json["msg"]
