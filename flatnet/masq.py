@@ -117,8 +117,14 @@ def _context() -> Any:
         ) from None
 
 
-def nft_run(script: str) -> None:
-    _run_in(_context(), script)
+def nft_delete(network: str) -> None:
+    """The network's chain and sets go; the table too once no network has any left (every
+    flatnet call holds the store's lock, so no ADD adds to it meanwhile)."""
+    context = _context()
+    _run_in(context, nft_delete_script(network))
+    rc, out, _ = context.run(f"list table inet {TABLE}")
+    if rc == 0 and not any(w in out for w in ("chain ", "set ", "map ")):
+        _run_in(context, f"delete table inet {TABLE}\n")
 
 
 def _run_in(context: Any, script: str) -> None:

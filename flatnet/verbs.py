@@ -342,7 +342,7 @@ def _teardown(
     if done.masq and rec.masq == "iptables":
         masq.iptables_delete(rec.network, rec.container_id)
     elif done.masq and rec.masq == "nftables" and not _others_hold_masq(store, rec):
-        masq.nft_run(masq.nft_delete_script(rec.network))
+        masq.nft_delete(rec.network)
     if done.veth:
         host = host or Rtnl()
         host.delete_link(rec.host_veth)
@@ -393,7 +393,7 @@ def _teardown_unrecorded(request: Request, cfg: Config, store: AttachmentStore) 
         probe = record.Record(network=request.network, container_id=request.container_id,
                               ifname=request.ifname, masq="nftables")  # fmt: skip
         if not _others_hold_masq(store, probe):
-            masq.nft_run(masq.nft_delete_script(request.network))
+            masq.nft_delete(request.network)
     if cfg.ipam_type:
         try:
             ipam = _ipam(request, cfg.ipam_type)
@@ -480,7 +480,7 @@ def gc(request: Request) -> None:
             if not _others_hold_masq(store, probe):
                 from flatnet import masq
 
-                masq.nft_run(masq.nft_delete_script(request.network))
+                masq.nft_delete(request.network)
     if cfg.ipam_type:
         _ipam(request, cfg.ipam_type).gc()
 

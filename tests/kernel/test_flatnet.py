@@ -370,7 +370,7 @@ def test_nft_masquerade_outside_sees_the_host_address(lab: Lab, kind: str) -> No
     run(lab, "DEL", body, other).ok()
     assert "chain n_flatnet" in nft(lab)  # the first container still needs it
     run(lab, "DEL", body).ok()
-    assert "n_flatnet" not in nft(lab)
+    assert "cni_flatnet" not in nft(lab)
 
 
 def test_iptables_masquerade_is_the_go_bridges(lab: Lab) -> None:
@@ -413,7 +413,7 @@ def test_del_without_the_netns_removes_veth_nat_and_lease(lab: Lab, how: str, ki
     else:
         run(lab, "DEL", body, ctr, cid="c1", netns="").ok()
     assert [n for n in host_links(lab) if n.startswith("veth")] == []
-    assert "n_flatnet" not in nft(lab)
+    assert "cni_flatnet" not in nft(lab)
     assert leases(lab) == [] and records(lab) == []
 
 
@@ -431,7 +431,7 @@ def test_gc_removes_what_stale_attachments_left(lab: Lab, kind: str) -> None:
     assert "n_flatnet" in nft(lab)
     run(lab, "GC", {**body, "cni.dev/valid-attachments": []}, netns="").ok()
     assert [n for n in host_links(lab) if n.startswith("veth")] == []
-    assert "n_flatnet" not in nft(lab) and leases(lab) == [] and records(lab) == []
+    assert "cni_flatnet" not in nft(lab) and leases(lab) == [] and records(lab) == []
 
 
 @pytest.mark.parametrize("kind", IPAMS)
@@ -515,7 +515,7 @@ def test_sigkill_at_every_step_of_add_then_del_or_gc_leaves_nothing(
         left = (
             [n for n in host_links(lab) if n.startswith("veth")],
             ctr.ip("link", "show", "eth0", check=False),
-            "n_flatnet" in nft(lab),
+            "cni_flatnet" in nft(lab),
             leases(lab),
             records(lab),
         )
