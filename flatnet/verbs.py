@@ -70,7 +70,6 @@ def add(request: Request) -> Result:
         _ipam(request, cfg.ipam_type)  # its config's refusals come before any change
     from flatnet import links, record
 
-    links.preload()  # before the lock: every other flatnet call of the node waits for it
     store = record.store(request.log)
     with _engine(request, store).add(request) as change:
         host = links.Rtnl()

@@ -50,7 +50,7 @@ WATCHED = {
     ),
     "bandwidth": ("bandwidth.tc:Rtnl._apply_one", *STATE_STEPS),
     "flatnet": (
-        "common.rtnl:RtnlSocket.exchange",
+        "flatnet.links:Rtnl.request",
         "common.libnftables:Context.run",
         "flatnet.ipam:spawn",
         "flatnet.links:set_sysctl",
