@@ -79,7 +79,7 @@ NOT_FOR = {
     # pyroute2's tcmsg package would import every qdisc and classifier it knows.
     # An IPAM plugin's work is files: no netlink, no ctypes, no ipaddress (flatnet_ipam.addr).
     # flatnet's rtnetlink messages are bytes of its own (flatnet.links): no pyroute2.
-    "flatnet": ("pyroute2", "portmap", "bandwidth", "tuning"),
+    "flatnet": ("pyroute2", "portmap", "bandwidth", "tuning", "contextlib"),
     "flatnet-ipam": ("pyroute2", "portmap", "bandwidth", "tuning", "ipaddress", "ctypes"),
     "bandwidth": (
         "portmap",
@@ -139,11 +139,10 @@ BUDGET = {
     ("tuning", "DEL"): 122,
     # flatnet: its rtnetlink messages as bytes on common.rtnl's socket (struct, _socket),
     # the attachment engine, flatnet-ipam's library in-process, nftables (libnftables
-    # through ctypes) for ipMasq; ADD and CHECK also enter the container's netns
-    # (common.netns: contextlib).
+    # through ctypes) for ipMasq; no contextlib (common.netns' blocks are classes).
     ("flatnet", "VERSION"): 9,
-    ("flatnet", "ADD"): 61,
-    ("flatnet", "CHECK"): 60,
+    ("flatnet", "ADD"): 51,
+    ("flatnet", "CHECK"): 50,
     ("flatnet", "DEL"): 49,
     # flatnet-ipam: the config, the store (os, fcntl, common.state), the engine, and
     # _socket's inet_pton for addresses; GC also contextlib (the engine's GC block) and
