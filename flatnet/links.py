@@ -21,6 +21,7 @@ from common.rtnl import (
     RTM_DELLINK,
     RTM_GETLINK,
     RTM_NEWLINK,
+    SOL_NETLINK,
     NetlinkError,
     NetlinkSocket,
     nla,
@@ -67,6 +68,7 @@ VETH_INFO_PEER = 1
 IFLA_BR_VLAN_FILTERING = 7
 IFLA_BRPORT_MODE, IFLA_BRPORT_ISOLATED = 4, 33
 IFLA_BRIDGE_FLAGS, IFLA_BRIDGE_VLAN_INFO = 0, 2
+NETLINK_GET_STRICT_CHK = 12  # a dump request's header filters (linux/netlink.h)
 RTEXT_FILTER_SKIP_STATS = 1 << 3  # a link's reply without its counters (a third its size)
 OPER_STATES = ("UNKNOWN", "NOTPRESENT", "DOWN", "LOWERLAYERDOWN", "TESTING", "DORMANT", "UP")
 IFA_ADDRESS, IFA_LOCAL, IFA_BROADCAST, IFA_FLAGS = 1, 2, 4, 8
@@ -139,6 +141,7 @@ class Rtnl:
     """rtnetlink requests in one namespace ("": the current one), on one socket."""
 
     def __init__(self, netns: str = "") -> None:
+        self.strict = False  # NETLINK_GET_STRICT_CHK asked for on the socket
         if netns:
             from common.netns import entered  # looked up at each call: crash points wrap it
 
@@ -280,9 +283,20 @@ class Rtnl:
     # ------------------------------------------------------------------ addresses, routes
 
     def addresses(self, index: int, family: int = 0) -> list[str]:
-        """The link's addresses as CIDRs (link-local IPv6 ones included)."""
+        """The link's addresses as CIDRs (link-local IPv6 ones included).
+
+        The dump names the link and the socket asks for strict checking, so the kernel
+        sends this link's addresses only, not those of every host veth (each has an IPv6
+        link-local one); a kernel without the option sends them all, filtered here."""
+        if not self.strict:
+            try:  # noqa: SIM105 (contextlib is not on the call path)
+                self.sock.sock.setsockopt(SOL_NETLINK, NETLINK_GET_STRICT_CHK, 1)
+            except OSError:
+                pass  # older than 4.20: an unfiltered dump
+            self.strict = True
         out = []
-        for reply in self.request(RTM_GETADDR, NLM_F_DUMP, _IFADDR.pack(family, 0, 0, 0, 0)):
+        request = _IFADDR.pack(family, 0, 0, 0, index)
+        for reply in self.request(RTM_GETADDR, NLM_F_DUMP, request):
             fam, length, _, _, where = _IFADDR.unpack_from(reply, _HDR)
             if where != index:
                 continue

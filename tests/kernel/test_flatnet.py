@@ -530,3 +530,40 @@ def test_flatnet_ipam_runs_in_process(lab: Lab) -> None:
     assert result["ips"][0]["address"] == "10.42.0.2/16" and leases(lab) == ["10.42.0.2"]
     run(lab, "DEL", body, env={"CNI_PATH": "/nonexistent"}).ok()
     assert leases(lab) == []
+
+
+def test_bridge_address_lookup_reads_only_the_bridge(lab: Lab) -> None:
+    """ADD reads the bridge's addresses with a dump the kernel filters by link: with many
+    host veths (each has an IPv6 link-local address) it receives the bridge's only, so
+    the lookup does not grow with the node's attachments."""
+    from common import rtnl
+    from flatnet.links import AF_INET6, Rtnl
+
+    lab.host.ip("link", "add", "flatnet0", "type", "bridge")
+    lab.host.ip("addr", "add", "fd42::1/64", "dev", "flatnet0", "nodad")
+    for i in range(20):
+        lab.host.ip("link", "add", f"vt{i}", "up", "type", "veth", "peer", "name", f"vp{i}")
+        lab.host.ip("link", "set", f"vp{i}", "up")
+    received: list[bytes] = []
+    real = rtnl.NetlinkSocket.request
+
+    def counting(self: Any, msg_type: int, flags: int, body: bytes) -> Any:
+        for reply in real(self, msg_type, flags, body):
+            received.append(reply)
+            yield reply
+
+    with lab.host.entered():
+        host = Rtnl()
+        try:
+            bridge = host.link("flatnet0")
+            assert bridge is not None
+            received.clear()
+            rtnl.NetlinkSocket.request = counting  # type: ignore[method-assign]
+            try:
+                found = host.addresses(bridge.index, AF_INET6)
+            finally:
+                rtnl.NetlinkSocket.request = real  # type: ignore[method-assign]
+        finally:
+            host.close()
+    assert "fd42::1/64" in found
+    assert len(received) == len(found) <= 2  # fd42::1 and, once up, the bridge's fe80
