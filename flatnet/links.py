@@ -1,20 +1,18 @@
 """The part of flatnet that talks rtnetlink: the bridge, the veth pair, addresses, routes
-and the sysctls that go with them. The messages are built and read as bytes on
-common.rtnl's socket, one socket per namespace; nothing here decides anything (verbs and
-plan do)."""
+and the sysctls that go with them. pyroute2's message classes on common.rtnl's socket,
+one socket per namespace; nothing here decides anything (verbs and plan do)."""
 
 from __future__ import annotations
 
-import _socket  # not `socket`: that imports enum and selectors
 import errno
 import os
-import struct
+import time
+from contextlib import suppress
 
 from common.errors import INVALID_CONFIG, KERNEL_FAILURE, CniError
 from common.rtnl import (
     IFF_PROMISC,
     IFF_UP,
-    NETLINK_ROUTE,
     NLM_F_CREATE,
     NLM_F_DUMP,
     NLM_F_EXCL,
@@ -23,15 +21,15 @@ from common.rtnl import (
     RTM_NEWLINK,
     SOL_NETLINK,
     NetlinkError,
-    NetlinkSocket,
-    nla,
-    nla_string,
-    nlas,
+    RtnlSocket,
+    pyroute2,
 )
 from common.sysctl import read_sysctl, write_sysctl
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from common.result import Route
 
 RTM_NEWADDR, RTM_DELADDR, RTM_GETADDR = 20, 21, 22
@@ -46,54 +44,16 @@ RT_SCOPE_UNIVERSE, RT_SCOPE_LINK = 0, 253
 BRIDGE_FLAGS_MASTER = 1
 BRIDGE_VLAN_INFO_PVID, BRIDGE_VLAN_INFO_UNTAGGED = 0x2, 0x4
 DEFAULT_VLAN = 1
+NETLINK_GET_STRICT_CHK = 12  # a dump request's header filters (linux/netlink.h)
+RTEXT_FILTER_SKIP_STATS = 1 << 3  # a link's reply without its counters (a third its size)
 OPER_UP = "UP"
 # How long ADD waits for the host veth's carrier to reach the bridge (the kernel's link
 # watch batches such events, at most one second apart): the port forwards only then.
 OPER_UP_DEADLINE = 3.0
 
-# The rtnetlink messages flatnet sends, as bytes (linux/rtnetlink.h, if_link.h,
-# if_addr.h): a handful of fixed structs and attributes, which costs a call nothing to
-# load, where pyroute2's message classes cost more than the rest of the call.
-_IFINFO = struct.Struct("=BxHiII")  # ifinfomsg: family, type, index, flags, change
-_IFADDR = struct.Struct("=BBBBi")  # ifaddrmsg: family, prefixlen, flags, scope, index
-_RTMSG = struct.Struct("=BBBBBBBBI")  # rtmsg: family, dst_len, src_len, tos, table,
-#                                       protocol, scope, type, flags
-_U8, _U16, _U32 = struct.Struct("=B"), struct.Struct("=H"), struct.Struct("=I")
-_VLAN_INFO = struct.Struct("=HH")  # bridge_vlan_info: flags, vid
-_HDR = 16  # nlmsghdr
-IFLA_ADDRESS, IFLA_IFNAME, IFLA_MTU, IFLA_MASTER = 1, 3, 4, 10
-IFLA_OPERSTATE, IFLA_LINKINFO, IFLA_AF_SPEC, IFLA_NET_NS_FD, IFLA_EXT_MASK = 16, 18, 26, 28, 29
-IFLA_INFO_KIND, IFLA_INFO_DATA, IFLA_INFO_SLAVE_KIND, IFLA_INFO_SLAVE_DATA = 1, 2, 4, 5
-VETH_INFO_PEER = 1
-IFLA_BR_VLAN_FILTERING = 7
-IFLA_BRPORT_MODE, IFLA_BRPORT_ISOLATED = 4, 33
-IFLA_BRIDGE_FLAGS, IFLA_BRIDGE_VLAN_INFO = 0, 2
-NETLINK_GET_STRICT_CHK = 12  # a dump request's header filters (linux/netlink.h)
-RTEXT_FILTER_SKIP_STATS = 1 << 3  # a link's reply without its counters (a third its size)
-OPER_STATES = ("UNKNOWN", "NOTPRESENT", "DOWN", "LOWERLAYERDOWN", "TESTING", "DORMANT", "UP")
-IFA_ADDRESS, IFA_LOCAL, IFA_BROADCAST, IFA_FLAGS = 1, 2, 4, 8
-RTA_DST, RTA_OIF, RTA_GATEWAY, RTA_PRIORITY, RTA_TABLE = 1, 4, 5, 6, 15
-
 
 def _family(address: str) -> int:
     return AF_INET6 if ":" in address else AF_INET
-
-
-def _ip(address: str) -> bytes:
-    return _socket.inet_pton(_family(address), address)
-
-
-def _mac(mac: str) -> bytes:
-    return bytes.fromhex(mac.replace(":", ""))
-
-
-def _u32(kind: int, value: int) -> bytes:
-    return nla(kind, _U32.pack(value))
-
-
-def _ifinfo(attrs: bytes, *, index: int = 0, flags: int = 0, change: int = 0,
-            family: int = 0) -> bytes:  # fmt: skip
-    return _IFINFO.pack(family, 0, index, flags, change) + attrs
 
 
 def random_mac() -> str:
@@ -109,75 +69,60 @@ def kernel_error(what: str, e: OSError) -> CniError:
     return CniError(code, f"{what}: {e.strerror}", str(e))
 
 
+def _kind(link: Any) -> str:
+    info = link.get_attr("IFLA_LINKINFO")
+    return "" if info is None else str(info.get_attr("IFLA_INFO_KIND") or "")
+
+
 class Link:
-    """What flatnet reads of a link (an RTM_NEWLINK reply, header included)."""
+    """What flatnet reads of a link."""
 
     __slots__ = ("index", "kind", "mac", "master", "mtu", "name", "oper", "up")
 
-    def __init__(self, reply: bytes) -> None:
-        _, _, self.index, flags, _ = _IFINFO.unpack_from(reply, _HDR)
-        self.up = bool(flags & IFF_UP)
-        self.name = self.kind = self.mac = self.oper = ""
-        self.mtu = self.master = 0
-        for kind, value in nlas(reply[_HDR + _IFINFO.size :]):
-            if kind == IFLA_IFNAME:
-                self.name = value.split(b"\0", 1)[0].decode()
-            elif kind == IFLA_ADDRESS:
-                self.mac = ":".join(f"{b:02x}" for b in value)
-            elif kind == IFLA_MTU:
-                self.mtu = _U32.unpack_from(value)[0]
-            elif kind == IFLA_MASTER:
-                self.master = _U32.unpack_from(value)[0]
-            elif kind == IFLA_OPERSTATE:
-                state = value[0]
-                self.oper = OPER_STATES[state] if state < len(OPER_STATES) else str(state)
-            elif kind == IFLA_LINKINFO:
-                for sub, data in nlas(value):
-                    if sub == IFLA_INFO_KIND:
-                        self.kind = data.split(b"\0", 1)[0].decode()
+    def __init__(self, msg: Any) -> None:
+        self.index: int = msg["index"]
+        self.name: str = msg.get_attr("IFLA_IFNAME") or ""
+        self.kind = _kind(msg)
+        self.mac: str = msg.get_attr("IFLA_ADDRESS") or ""
+        self.mtu: int = msg.get_attr("IFLA_MTU") or 0
+        self.master: int = msg.get_attr("IFLA_MASTER") or 0
+        self.oper = str(msg.get_attr("IFLA_OPERSTATE") or "")
+        self.up = bool(msg["flags"] & IFF_UP)
 
 
 class Rtnl:
-    """rtnetlink requests in one namespace ("": the current one), on one socket."""
+    """rtnetlink requests in one namespace ("": the current one)."""
 
     def __init__(self, netns: str = "") -> None:
+        self.sock = RtnlSocket(tc=False, netns=netns)
+        self.m = self.sock.modules
         self.strict = False  # NETLINK_GET_STRICT_CHK asked for on the socket
-        if netns:
-            from common.netns import entered  # looked up at each call: crash points wrap it
-
-            with entered(netns):  # a socket keeps the netns it was opened in
-                self.sock = NetlinkSocket(NETLINK_ROUTE)
-        else:
-            self.sock = NetlinkSocket(NETLINK_ROUTE)
 
     def close(self) -> None:
         self.sock.close()
 
-    def request(self, msg_type: int, flags: int, body: bytes,
-                tolerate: tuple[int, ...] = ()) -> list[bytes]:  # fmt: skip
-        """One request, its replies read to the ACK (none when the kernel's error is in
-        `tolerate`: what the request names is not there). Raises NetlinkError."""
-        try:
-            return list(self.sock.request(msg_type, flags, body))
-        except NetlinkError as e:
-            if e.errno in tolerate:
-                return []
-            raise
-
     def link(self, name: str = "", index: int = 0) -> Link | None:
         """The link named `name`, or else with ifindex `index`; None when there is none
         (ENODEV; EINVAL: a name the kernel cannot even look up names no device either)."""
-        attrs = _u32(IFLA_EXT_MASK, RTEXT_FILTER_SKIP_STATS)
+        msg = self.m.ifinfmsg()
+        msg["index"] = index
+        attrs: list[Any] = [["IFLA_EXT_MASK", RTEXT_FILTER_SKIP_STATS]]
         if name:
-            attrs += nla_string(IFLA_IFNAME, name)
-        found = self.request(RTM_GETLINK, 0, _ifinfo(attrs, index=index),
-                             tolerate=(errno.ENODEV, errno.EINVAL))  # fmt: skip
+            attrs.append(["IFLA_IFNAME", name])
+        msg["attrs"] = attrs
+        found = self.sock.request(msg, RTM_GETLINK, tolerate=(errno.ENODEV, errno.EINVAL))
         return Link(found[0]) if found else None
 
-    def _newlink(self, attrs: bytes, *, index: int = 0, flags: int = 0, change: int = 0,
-                 create: bool = False) -> None:  # fmt: skip
+    def _newlink(self, attrs: list[Any], *, index: int = 0, flags: int = 0, change: int = 0,
+                 create: bool = False, family: int = 0) -> None:  # fmt: skip
+        msg = self.m.ifinfmsg()
+        msg["family"] = family
+        msg["index"] = index
+        msg["flags"] = flags
+        msg["change"] = change
+        msg["attrs"] = attrs
         nl = NLM_F_CREATE | NLM_F_EXCL if create else 0
-        self.request(RTM_NEWLINK, nl, _ifinfo(attrs, index=index, flags=flags, change=change))
+        self.sock.request(msg, RTM_NEWLINK, nl)
 
     # ------------------------------------------------------------------ the bridge
 
@@ -185,13 +130,14 @@ class Rtnl:
         """Create the bridge (down: update_bridge brings it up once its sysctls are set),
         with its MAC set (a bridge whose MAC was set keeps it as ports come and go). False
         when it exists already (made meanwhile by another ADD)."""
-        info = nla_string(IFLA_INFO_KIND, "bridge")
-        if vlan_filtering:
-            info += nla(IFLA_INFO_DATA, nla(IFLA_BR_VLAN_FILTERING, _U8.pack(1)))
-        attrs = nla_string(IFLA_IFNAME, name) + nla(IFLA_ADDRESS, _mac(mac))
-        attrs += nla(IFLA_LINKINFO, info)
+        data: list[Any] = [["IFLA_BR_VLAN_FILTERING", 1]] if vlan_filtering else []
+        info: list[Any] = [["IFLA_INFO_KIND", "bridge"]]
+        if data:
+            info.append(["IFLA_INFO_DATA", {"attrs": data}])
+        attrs: list[Any] = [["IFLA_IFNAME", name], ["IFLA_ADDRESS", mac],
+                            ["IFLA_LINKINFO", {"attrs": info}]]  # fmt: skip
         if mtu:
-            attrs += _u32(IFLA_MTU, mtu)
+            attrs.append(["IFLA_MTU", mtu])
         try:
             self._newlink(attrs, create=True)
         except NetlinkError as e:
@@ -203,9 +149,9 @@ class Rtnl:
     def update_bridge(self, bridge: Link, mtu: int | None, promisc: bool) -> None:
         """An existing bridge: up, its MAC pinned (set to what it is), the configured MTU
         (a larger one reaches a bridge made earlier too), promiscuous when asked."""
-        attrs = nla(IFLA_ADDRESS, _mac(bridge.mac))
+        attrs: list[Any] = [["IFLA_ADDRESS", bridge.mac]]
         if mtu and mtu != bridge.mtu:
-            attrs += _u32(IFLA_MTU, mtu)
+            attrs.append(["IFLA_MTU", mtu])
         flags = IFF_UP | (IFF_PROMISC if promisc else 0)
         try:
             self._newlink(attrs, index=bridge.index, flags=flags, change=flags)
@@ -218,40 +164,48 @@ class Rtnl:
                     mtu: int | None, master: int) -> None:  # fmt: skip
         """The pair in one request: the host end up on the bridge, the peer named as the
         container wants it, down, in the container's namespace."""
-        peer_attrs = nla_string(IFLA_IFNAME, peer) + nla(IFLA_ADDRESS, _mac(peer_mac))
-        peer_attrs += _u32(IFLA_NET_NS_FD, netns_fd)
-        attrs = nla_string(IFLA_IFNAME, host) + nla(IFLA_ADDRESS, _mac(host_mac))
-        attrs += _u32(IFLA_MASTER, master)
+        peer_attrs: list[Any] = [["IFLA_IFNAME", peer], ["IFLA_ADDRESS", peer_mac],
+                                 ["IFLA_NET_NS_FD", netns_fd]]  # fmt: skip
+        attrs: list[Any] = [["IFLA_IFNAME", host], ["IFLA_ADDRESS", host_mac],
+                            ["IFLA_MASTER", master]]  # fmt: skip
         if mtu:
-            peer_attrs += _u32(IFLA_MTU, mtu)
-            attrs += _u32(IFLA_MTU, mtu)
-        peer_msg = nla(VETH_INFO_PEER, _ifinfo(peer_attrs))
-        info = nla_string(IFLA_INFO_KIND, "veth") + nla(IFLA_INFO_DATA, peer_msg)
-        attrs += nla(IFLA_LINKINFO, info)
+            peer_attrs.append(["IFLA_MTU", mtu])
+            attrs.append(["IFLA_MTU", mtu])
+        info = [
+            ["IFLA_INFO_KIND", "veth"],
+            ["IFLA_INFO_DATA", {"attrs": [["VETH_INFO_PEER", {"attrs": peer_attrs}]]}],
+        ]
+        attrs.append(["IFLA_LINKINFO", {"attrs": info}])  # fmt: skip
         self._newlink(attrs, flags=IFF_UP, change=IFF_UP, create=True)
 
     def set_port(self, index: int, hairpin: bool, isolated: bool) -> None:
-        data = nla(IFLA_BRPORT_MODE, _U8.pack(int(hairpin)))
-        data += nla(IFLA_BRPORT_ISOLATED, _U8.pack(int(isolated)))
-        info = nla_string(IFLA_INFO_SLAVE_KIND, "bridge") + nla(IFLA_INFO_SLAVE_DATA, data)
-        self._newlink(nla(IFLA_LINKINFO, info), index=index)
+        data = [["IFLA_BRPORT_MODE", int(hairpin)], ["IFLA_BRPORT_ISOLATED", int(isolated)]]
+        info = [["IFLA_INFO_SLAVE_KIND", "bridge"], ["IFLA_INFO_SLAVE_DATA", {"attrs": data}]]
+        self._newlink([["IFLA_LINKINFO", {"attrs": info}]], index=index)
 
     def set_port_vlan(self, index: int, vid: int) -> None:
         """The port's only VLAN: `vid`, untagged and the PVID (Go's bridge drops the
         default VLAN 1 first)."""
 
-        def spec(flags: int, vlan: int) -> bytes:
-            body = nla(IFLA_BRIDGE_FLAGS, _U16.pack(BRIDGE_FLAGS_MASTER))
-            body += nla(IFLA_BRIDGE_VLAN_INFO, _VLAN_INFO.pack(flags, vlan))
-            return _ifinfo(nla(IFLA_AF_SPEC, body), index=index, family=AF_BRIDGE)
+        def spec(flags: int, vlan: int) -> list[Any]:
+            return [["IFLA_AF_SPEC", {"attrs": [
+                ["IFLA_BRIDGE_FLAGS", BRIDGE_FLAGS_MASTER],
+                ["IFLA_BRIDGE_VLAN_INFO", {"flags": flags, "vid": vlan}],
+            ]}]]  # fmt: skip
 
-        self.request(RTM_DELLINK, 0, spec(0, DEFAULT_VLAN), tolerate=(errno.ENOENT, errno.EINVAL))
-        self.request(RTM_SETLINK, 0, spec(BRIDGE_VLAN_INFO_PVID | BRIDGE_VLAN_INFO_UNTAGGED, vid))
+        msg = self.m.ifinfmsg()
+        msg["family"] = AF_BRIDGE
+        msg["index"] = index
+        msg["attrs"] = spec(0, DEFAULT_VLAN)
+        self.sock.request(msg, RTM_DELLINK, tolerate=(errno.ENOENT, errno.EINVAL))
+        msg = self.m.ifinfmsg()
+        msg["family"] = AF_BRIDGE
+        msg["index"] = index
+        msg["attrs"] = spec(BRIDGE_VLAN_INFO_PVID | BRIDGE_VLAN_INFO_UNTAGGED, vid)
+        self.sock.request(msg, RTM_SETLINK)
 
     def wait_oper_up(self, name: str, deadline: float = OPER_UP_DEADLINE) -> Link:
         """The host veth once its operational state is up (then the bridge forwards on it)."""
-        import time
-
         end = time.monotonic() + deadline
         pause = 0.001
         while True:
@@ -269,8 +223,10 @@ class Rtnl:
 
     def delete_link(self, name: str) -> bool:
         """Delete the link `name`; False when there is none."""
+        msg = self.m.ifinfmsg()
+        msg["attrs"] = [["IFLA_IFNAME", name]]
         try:
-            self.request(RTM_DELLINK, 0, _ifinfo(nla_string(IFLA_IFNAME, name)))
+            self.sock.request(msg, RTM_DELLINK)
         except NetlinkError as e:
             if e.errno in (errno.ENODEV, errno.EINVAL):
                 return False
@@ -278,7 +234,7 @@ class Rtnl:
         return True
 
     def set_up(self, index: int) -> None:
-        self._newlink(b"", index=index, flags=IFF_UP, change=IFF_UP)
+        self._newlink([], index=index, flags=IFF_UP, change=IFF_UP)
 
     # ------------------------------------------------------------------ addresses, routes
 
@@ -289,61 +245,68 @@ class Rtnl:
         sends this link's addresses only, not those of every host veth (each has an IPv6
         link-local one); a kernel without the option sends them all, filtered here."""
         if not self.strict:
-            try:  # noqa: SIM105 (contextlib is not on the call path)
-                self.sock.sock.setsockopt(SOL_NETLINK, NETLINK_GET_STRICT_CHK, 1)
-            except OSError:
-                pass  # older than 4.20: an unfiltered dump
+            with suppress(OSError):  # older than 4.20: an unfiltered dump
+                self.sock.nl.sock.setsockopt(SOL_NETLINK, NETLINK_GET_STRICT_CHK, 1)
             self.strict = True
+        msg = _ip_messages(self.m).ifaddrmsg()
+        msg["family"] = family
+        msg["index"] = index
         out = []
-        request = _IFADDR.pack(family, 0, 0, 0, index)
-        for reply in self.request(RTM_GETADDR, NLM_F_DUMP, request):
-            fam, length, _, _, where = _IFADDR.unpack_from(reply, _HDR)
-            if where != index:
-                continue
-            found = dict(nlas(reply[_HDR + _IFADDR.size :]))
-            raw = found.get(IFA_LOCAL) or found.get(IFA_ADDRESS)
-            if raw:
-                out.append(f"{_socket.inet_ntop(fam, raw)}/{length}")
+        for reply in self.sock.request(msg, RTM_GETADDR, NLM_F_DUMP):
+            if reply["index"] == index:
+                address = reply.get_attr("IFA_LOCAL") or reply.get_attr("IFA_ADDRESS")
+                out.append(f"{address}/{reply['prefixlen']}")
         return out
 
-    def _address_msg(self, index: int, cidr: str, nodad: bool) -> bytes:
+    def _address_msg(self, index: int, cidr: str, nodad: bool) -> Any:
         address, _, length = cidr.partition("/")
         family = _family(address)
-        raw = _ip(address)
-        attrs = nla(IFA_LOCAL, raw) + nla(IFA_ADDRESS, raw)
+        msg = _ip_messages(self.m).ifaddrmsg()
+        msg["family"] = family
+        msg["prefixlen"] = int(length)
+        msg["index"] = index
+        attrs: list[Any] = [["IFA_LOCAL", address], ["IFA_ADDRESS", address]]
         if family == AF_INET and int(length) < 31:
             from flatnet.plan import broadcast_of
 
-            attrs += nla(IFA_BROADCAST, _ip(broadcast_of(cidr)))
+            attrs.append(["IFA_BROADCAST", broadcast_of(cidr)])
         if family == AF_INET6 and nodad:
-            attrs += _u32(IFA_FLAGS, IFA_F_NODAD)
-        return _IFADDR.pack(family, int(length), 0, 0, index) + attrs
+            attrs.append(["IFA_FLAGS", IFA_F_NODAD])
+        msg["attrs"] = attrs
+        return msg
 
     def add_address(self, index: int, cidr: str, *, nodad: bool = True) -> None:
-        self.request(RTM_NEWADDR, NLM_F_CREATE | NLM_F_EXCL, self._address_msg(index, cidr, nodad))
+        self.sock.request(
+            self._address_msg(index, cidr, nodad), RTM_NEWADDR, NLM_F_CREATE | NLM_F_EXCL
+        )
 
     def delete_address(self, index: int, cidr: str) -> None:
-        self.request(RTM_DELADDR, 0, self._address_msg(index, cidr, False))
+        self.sock.request(self._address_msg(index, cidr, False), RTM_DELADDR)
 
     def add_route(self, index: int, route: Route, gateway: str) -> None:
         dst, _, length = route.dst.partition("/")
         family = _family(dst)
-        dst_len = int(length or (128 if family == AF_INET6 else 32))
-        table = RT_TABLE_MAIN if route.table is None or route.table > 255 else route.table
+        msg = _ip_messages(self.m).rtmsg()
+        msg["family"] = family
+        msg["dst_len"] = int(length or (128 if family == AF_INET6 else 32))
+        msg["table"] = RT_TABLE_MAIN if route.table is None or route.table > 255 else route.table
+        msg["proto"] = RTPROT_BOOT
+        msg["type"] = RTN_UNICAST
         scope = route.scope
         if scope is None:
             scope = RT_SCOPE_UNIVERSE if gateway else RT_SCOPE_LINK
-        attrs = _u32(RTA_OIF, index)
-        if dst_len:
-            attrs += nla(RTA_DST, _ip(dst))
+        msg["scope"] = scope
+        attrs: list[Any] = [["RTA_OIF", index]]
+        if msg["dst_len"]:
+            attrs.append(["RTA_DST", dst])
         if gateway:
-            attrs += nla(RTA_GATEWAY, _ip(gateway))
+            attrs.append(["RTA_GATEWAY", gateway])
         if route.priority is not None:
-            attrs += _u32(RTA_PRIORITY, route.priority)
+            attrs.append(["RTA_PRIORITY", route.priority])
         if route.table is not None:
-            attrs += _u32(RTA_TABLE, route.table)
-        body = _RTMSG.pack(family, dst_len, 0, 0, table, RTPROT_BOOT, scope, RTN_UNICAST, 0)
-        self.request(RTM_NEWROUTE, NLM_F_CREATE | NLM_F_EXCL, body + attrs)
+            attrs.append(["RTA_TABLE", route.table])
+        msg["attrs"] = attrs
+        self.sock.request(msg, RTM_NEWROUTE, NLM_F_CREATE | NLM_F_EXCL)
 
 
 def set_sysctl(path: str, value: str, *, only_if_different: bool = False) -> bool:
@@ -357,3 +320,23 @@ def set_sysctl(path: str, value: str, *, only_if_different: bool = False) -> boo
     except FileNotFoundError:
         return False
     return True
+
+
+def _ip_messages(modules: Any) -> Any:
+    """pyroute2's address and route classes, loaded by the first call that sends one
+    (DEL sends none)."""
+    if not hasattr(modules, "ifaddrmsg"):
+        from pyroute2.netlink.rtnl.ifaddrmsg import ifaddrmsg
+        from pyroute2.netlink.rtnl.rtmsg import rtmsg
+
+        modules.ifaddrmsg, modules.rtmsg = ifaddrmsg, rtmsg
+    return modules
+
+
+def preload(ip: bool) -> None:
+    """The pyroute2 message classes an ADD sends, before the store's lock (their import
+    is the slow part, and every other flatnet call of the node waits for the lock): the
+    link class, and with `ip` (there is an IPAM) the address and route ones."""
+    modules = pyroute2(tc=False)
+    if ip:
+        _ip_messages(modules)

@@ -70,6 +70,7 @@ def add(request: Request) -> Result:
         _ipam(request, cfg.ipam_type)  # its config's refusals come before any change
     from flatnet import links, record
 
+    links.preload(ip=bool(cfg.ipam_type))
     store = record.store(request.log)
     with _engine(request, store).add(request) as change:
         host = links.Rtnl()

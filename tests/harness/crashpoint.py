@@ -50,7 +50,7 @@ WATCHED = {
     ),
     "bandwidth": ("bandwidth.tc:Rtnl._apply_one", *STATE_STEPS),
     "flatnet": (
-        "flatnet.links:Rtnl.request",
+        "common.rtnl:RtnlSocket.exchange",
         "common.libnftables:Context.run",
         "flatnet.ipam:spawn",
         "flatnet.links:set_sysctl",
