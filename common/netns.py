@@ -9,27 +9,28 @@ namespace they were created in, so a socket opened inside the block keeps workin
 from __future__ import annotations
 
 import os
+from contextlib import ExitStack, contextmanager
+from functools import cache
 
 from common.errors import INVALID_NETNS, CniError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
     from contextlib import AbstractContextManager
-    from typing import Any
+    from typing import Any, TypeVar
+
+    T = TypeVar("T")
 
 CLONE_NEWNET = 0x40000000
-_libc: Any = None
 
 
+@cache
 def libc() -> Any:
     """The C library through ctypes (loaded on first use), keeping errno for get_errno."""
-    global _libc
-    if _libc is None:
-        import ctypes
+    import ctypes
 
-        _libc = ctypes.CDLL(None, use_errno=True)
-    return _libc
+    return ctypes.CDLL(None, use_errno=True)
 
 
 def setns(fd: int) -> None:
@@ -42,75 +43,47 @@ def setns(fd: int) -> None:
         raise OSError(err, os.strerror(err))
 
 
-class entered:
-    """Run the block inside the network namespace at `path`, then come back.
-
-    A class rather than a @contextmanager generator: contextlib (with functools and
-    collections) would be imported by every call that enters a container's netns."""
-
-    __slots__ = ("origin", "path", "target")
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self.target = self.origin = -1
-
-    def __enter__(self) -> None:
-        path = self.path
+@contextmanager
+def entered(path: str) -> Iterator[None]:
+    """Run the block inside the network namespace at `path`, then come back."""
+    try:
+        target = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as e:
+        raise CniError(INVALID_NETNS, f"cannot open network namespace {path}", str(e)) from None
+    origin = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    try:
         try:
-            self.target = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            setns(target)
         except OSError as e:
-            raise CniError(INVALID_NETNS, f"cannot open network namespace {path}", str(e)) from None
-        try:
-            self.origin = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
-            setns(self.target)
-        except OSError as e:
-            self._close()
             raise CniError(
                 INVALID_NETNS, f"cannot enter network namespace {path}", str(e)
             ) from None
-
-    def __exit__(self, *_: object) -> None:
-        # Failing to come back would leave the rest of the process in the wrong
-        # namespace: nothing sensible can continue after that.
         try:
-            setns(self.origin)
-        except OSError:  # pragma: no cover - the kernel refusing our own ns
-            os._exit(70)
+            yield
         finally:
-            self._close()
+            # Failing to come back would leave the rest of the process in the wrong
+            # namespace: nothing sensible can continue after that.
+            try:
+                setns(origin)
+            except OSError:  # pragma: no cover - the kernel refusing our own ns
+                os._exit(70)
+    finally:
+        os.close(target)
+        os.close(origin)
 
-    def _close(self) -> None:
-        for fd in (self.target, self.origin):
-            if fd >= 0:
-                os.close(fd)
-        self.target = self.origin = -1
 
-
-class entered_if_present:
+@contextmanager
+def entered_if_present(
+    path: str, opener: Callable[[str], AbstractContextManager[T]]
+) -> Iterator[T | None]:
     """DEL's way into a container netns that may be gone: `opener(path)` entered for the
     block, or None when there is no netns at `path` (any more), which DEL must tolerate."""
-
-    __slots__ = ("inner", "opener", "path")
-
-    def __init__(self, path: str, opener: Callable[[str], AbstractContextManager[Any]]) -> None:
-        self.path = path
-        self.opener = opener
-        self.inner: AbstractContextManager[Any] | None = None
-
-    def __enter__(self) -> Any:
-        path = self.path
+    with ExitStack() as stack:
+        inside = None
         try:
             if path and os.path.exists(path):
-                inner = self.opener(path)
-                inside = inner.__enter__()
-                self.inner = inner
-                return inside
+                inside = stack.enter_context(opener(path))
         except CniError as e:
             if e.code != INVALID_NETNS:  # e.g. the path exists but is no longer a netns
                 raise
-        return None
-
-    def __exit__(self, *exc: Any) -> Any:
-        if self.inner is not None:
-            return self.inner.__exit__(*exc)
-        return None
+        yield inside
