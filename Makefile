@@ -19,6 +19,10 @@ APT_PACKAGES := $(TEST_APT)
 CNI_BIN_DIR ?= /opt/cni/bin
 CNI_META_PREFIX ?= /opt/cni-meta-plugins
 INSTALL_APT := python3-venv python3-dev gcc libnftables1 iptables
+# `make bench` adds podman's own network backend, which bench/podman_netavark.py runs beside
+# ours (every podman of the tests and benches names its backend in its own containers.conf:
+# with none named, podman 4 picks netavark for a fresh store once it is installed).
+BENCH_APT := netavark aardvark-dns
 
 .PHONY: all deps apt apt-demo venv lint test test-unit test-runtimes fuzz demo bench install uninstall dist clean
 
@@ -91,10 +95,12 @@ demo: apt-demo venv
 # Regenerates bench/results/ (about 20 minutes on a 2-core VM; portmap_scale builds up 5000
 # attachments). `make bench BENCH_ARGS=--quick` is a smoke test of every bench (a few rounds,
 # written to bench/results/raw/quick/, which is not committed); BENCHES="..." picks some.
-BENCHES := startup installed_startup plugin_calls meta_chain podman_run runtime_pods \
-	tuning_latency bandwidth_latency bandwidth_accuracy portmap_scale ipam_scale
+BENCHES := startup installed_startup plugin_calls meta_chain flatnet_chain podman_run \
+	podman_netavark runtime_pods tuning_latency bandwidth_latency bandwidth_accuracy \
+	portmap_scale ipam_scale
 BENCH_ARGS ?=
 bench: deps
+	@$(MAKE) --no-print-directory apt APT_PACKAGES="$(BENCH_APT)"
 	$(PY) -m pip install -q -e '.[test,bench]' --config-settings editable_mode=compat
 	for b in $(BENCHES); do \
 	  echo "== bench/$$b.py $(BENCH_ARGS)"; \

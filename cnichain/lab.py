@@ -19,6 +19,9 @@ from cnichain.netns import Netns
 
 __all__ = ["ChainLab"]
 
+# IPAM types that keep leases in a dataDir (default /var/lib/cni/networks, the machine's)
+LEASE_IPAMS = ("host-local", "flatnet-ipam")
+
 
 class ChainLab:
     """A host namespace to run plugins in, containers to attach, and private dirs.
@@ -55,13 +58,14 @@ class ChainLab:
         plugin_path: list[str] | None = None,
     ) -> Network:
         """Bind a list (dict, file or ConfList) to this lab: plugins run in `host`,
-        results are cached in `workdir`, and host-local keeps its leases in `workdir`
-        unless the list sets its own dataDir. `plugin_path`: default_plugin_path()."""
+        results are cached in `workdir`, and host-local and flatnet-ipam keep their
+        leases in `workdir` unless the list sets its own dataDir. `plugin_path`:
+        default_plugin_path()."""
         parsed = conflist if isinstance(conflist, ConfList) else load_conflist(conflist)
         plugins = json.loads(json.dumps(parsed.plugins))  # a copy: the caller's list stays
         for plugin in plugins:
             ipam = plugin.get("ipam")
-            if isinstance(ipam, dict) and ipam.get("type") == "host-local":
+            if isinstance(ipam, dict) and ipam.get("type") in LEASE_IPAMS:
                 ipam.setdefault("dataDir", str(self.workdir / "host-local"))
         own = parsed.replace(plugins=plugins)
         return Network(

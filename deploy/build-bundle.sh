@@ -57,7 +57,7 @@ if [ -n "$deps_from" ]; then
         [ -e "$deps_from/$dep" ] || die "$deps_from has no $dep"
         cp -a "$deps_from/$dep" "$out/site/"
     done
-    for pkg in common portmap bandwidth tuning flatnet_ipam; do
+    for pkg in common portmap bandwidth tuning flatnet flatnet_ipam; do
         cp -a "$source_dir/$pkg" "$out/site/"
     done
 else

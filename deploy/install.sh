@@ -1,6 +1,7 @@
 #!/bin/sh
-# Install (or remove) the cni-meta-plugins executables `portmap`, `bandwidth`, `tuning` and
-# `flatnet-ipam` into a CNI bin dir, where any runtime (podman, containerd, CRI-O, cnitool) can exec them.
+# Install (or remove) the cni-meta-plugins executables `flatnet`, `flatnet-ipam`, `portmap`,
+# `bandwidth` and `tuning` into a CNI bin dir, where any runtime (podman, containerd, CRI-O,
+# cnitool) can exec them.
 #
 #   deploy/install.sh                         # venv in /opt/cni-meta-plugins, plugins in /opt/cni/bin
 #   deploy/install.sh --bin-dir /usr/libexec/cni --prefix /usr/local/lib/cni-meta-plugins
@@ -52,7 +53,7 @@ python=/usr/bin/python3
 venv=""
 bundle=""
 source_dir=$(cd "$(dirname "$0")/.." && pwd)
-plugins="portmap bandwidth tuning flatnet-ipam"
+plugins="flatnet flatnet-ipam portmap bandwidth tuning"
 action=install
 quiet=""
 bin_dir_given=""
@@ -68,7 +69,7 @@ options:
   --venv DIR       use this existing environment instead of building a venv
   --bundle DIR     copy this relocatable bundle (deploy/build-bundle.sh) instead
   --source DIR     project source to pip-install (default: this script's repository)
-  --plugins LIST   which plugins (default "portmap bandwidth tuning flatnet-ipam")
+  --plugins LIST   which plugins (default "flatnet flatnet-ipam portmap bandwidth tuning")
   --uninstall      remove our plugins and runtime, restore displaced executables
   --quiet          print nothing but errors
 EOF
@@ -98,7 +99,7 @@ case $bin_dir in /*) ;; *) die "--bin-dir must be absolute: $bin_dir" ;; esac
 case $prefix in /*) ;; *) die "--prefix must be absolute: $prefix" ;; esac
 [ -z "$venv" ] || [ -z "$bundle" ] || die "--venv and --bundle exclude each other"
 for p in $plugins; do
-    case $p in portmap|bandwidth|tuning|flatnet-ipam) ;; *) die "unknown plugin: $p" ;; esac
+    case $p in flatnet|flatnet-ipam|portmap|bandwidth|tuning) ;; *) die "unknown plugin: $p" ;; esac
 done
 root=${root%/}
 if [ -n "$root" ]; then
@@ -342,7 +343,7 @@ prepare_runtime() { # sets $interp (as seen from inside root) and $tree (the new
     fi
     if [ -n "$venv" ]; then
         [ -x "$root$venv/bin/python" ] || die "--venv $venv has no bin/python"
-        "$root$venv/bin/python" -I -c 'import portmap.__main__, bandwidth.__main__, tuning.__main__, flatnet_ipam.__main__' \
+        "$root$venv/bin/python" -I -c 'import portmap.__main__, bandwidth.__main__, tuning.__main__, flatnet.__main__, flatnet_ipam.__main__' \
             || die "--venv $venv does not have cni-meta-plugins installed"
         interp="$venv/bin/python"
         return
@@ -408,7 +409,7 @@ install() {
     [ -n "$bundle" ] || paths=$(site_paths "$interp") || die "cannot ask $interp for its import paths"
     # Launchers of ours already in the bin dir are rewritten too: each names the new tree,
     # so none is left naming a tree that a later upgrade removes.
-    for p in portmap bandwidth tuning flatnet-ipam; do
+    for p in flatnet flatnet-ipam portmap bandwidth tuning; do
         case " $plugins " in *" $p "*) continue ;; esac
         if is_ours "$R_BIN/$p"; then plugins="$plugins $p"; fi
     done

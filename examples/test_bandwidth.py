@@ -1,4 +1,4 @@
-"""A bandwidth-limited container: this package's bandwidth plugin after bridge + host-local.
+"""A bandwidth-limited container: this package's bandwidth plugin after its flatnet.
 
 The shaping is checked where it lives (the qdiscs and the ifb device in the host
 namespace), not by timing transfers.
@@ -17,10 +17,10 @@ CONFLIST = {
     "name": "example-bandwidth",
     "plugins": [
         {
-            "type": "bridge",
+            "type": "flatnet",
             "bridge": "ex-br1",
             "isGateway": True,
-            "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.78.0.0/24"}]]},
+            "ipam": {"type": "flatnet-ipam", "ranges": [[{"subnet": "10.78.0.0/24"}]]},
         },
         {"type": "bandwidth", "capabilities": {"bandwidth": True}},
     ],

@@ -1,7 +1,8 @@
 """Port forwarding from the host into a container, with real TCP.
 
-The chain is Go's bridge + host-local, then this package's portmap. The plugins run inside
-the fixture's throwaway "host" namespace; the container is another throwaway namespace.
+The chain is this package's flatnet (with flatnet-ipam in-process), then its portmap. The
+plugins run inside the fixture's throwaway "host" namespace; the container is another
+throwaway namespace.
 """
 
 import os
@@ -17,10 +18,10 @@ CONFLIST = {
     "name": "example-portmap",
     "plugins": [
         {
-            "type": "bridge",
+            "type": "flatnet",
             "bridge": "ex-br0",
             "isGateway": True,
-            "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.77.0.0/24"}]]},
+            "ipam": {"type": "flatnet-ipam", "ranges": [[{"subnet": "10.77.0.0/24"}]]},
         },
         {"type": "portmap", "capabilities": {"portMappings": True}, "snat": True},
     ],

@@ -11,10 +11,10 @@ CONFLIST = {
     "name": "example-tuning",
     "plugins": [
         {
-            "type": "bridge",
+            "type": "flatnet",
             "bridge": "ex-br2",
             "isGateway": True,
-            "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.79.0.0/24"}]]},
+            "ipam": {"type": "flatnet-ipam", "ranges": [[{"subnet": "10.79.0.0/24"}]]},
         },
         {
             "type": "tuning",

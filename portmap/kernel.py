@@ -19,8 +19,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
+    from common.libnftables import Context
     from common.rtnl import NetlinkSocket
-    from portmap.libnftables import Context
 
 # The only directories an iptables tool is run from (absolute, root's own), never PATH:
 # runtimes exec plugins with all sorts of PATHs (or none, or relative entries).
@@ -39,7 +39,7 @@ class NftKernel:
     def usable(self) -> bool:
         """Whether libnftables loads here (the kernel's side is proven by the first
         transaction)."""
-        from portmap import libnftables
+        from common import libnftables
 
         try:
             libnftables.load()
@@ -49,7 +49,7 @@ class NftKernel:
 
     def context(self) -> Context:
         """A libnftables context in this netns; OSError when the library is missing."""
-        from portmap.libnftables import Context
+        from common.libnftables import Context
 
         return Context()
 

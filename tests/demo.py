@@ -1,11 +1,12 @@
 """make demo: the whole meta chain on a throwaway "machine", with real traffic.
 
 Creates three network namespaces - a "host" where the plugins run, a "container", and a
-"client" (another machine on the host's uplink) - runs conflists/demo.conflist (Go bridge +
-host-local, then our portmap, bandwidth and tuning) through cni-chain with a port mapping,
-a bandwidth limit and a MAC, serves HTTP in the container, fetches it through the host
-port, measures the shaped rates, shows what the plugins applied, tears everything down and
-proves nothing is left. Nothing touches the machine's own network namespace.
+"client" (another machine on the host's uplink) - runs conflists/demo.conflist (flatnet with
+flatnet-ipam, portmap, bandwidth and tuning: our code alone, no Go plugin in CNI_PATH)
+through cni-chain with a port mapping, a bandwidth limit and a MAC, serves HTTP in the
+container, fetches it through the host port, measures the shaped rates, shows what the
+plugins applied, tears everything down and proves nothing is left. Nothing touches the
+machine's own network namespace.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.harness import netns as nslib
-from tests.harness.plugins import Chain, container_address, load_conflist
+from tests.harness.plugins import OUR_BIN, Chain, container_address, load_conflist
 from tests.harness.traffic import measure_throughput
 
 HOST_PORT = 8080
@@ -90,7 +91,7 @@ def main() -> int:
     ):
         work = Path(tmp)
         env = {"CNI_META_STATE_ROOT": str(work / "state"), "CNI_META_LOG_FILE": str(work / "log")}
-        chain = Chain(host, work, env=env)
+        chain = Chain(host, work, cni_path=str(OUR_BIN), env=env)  # no Go plugin reachable
         step("namespaces: host (runs the plugins), container, client (another machine)")
         host.sysctl("net.ipv4.ip_forward", "1")
         host.ip(
@@ -102,7 +103,7 @@ def main() -> int:
         client.ip("link", "set", "eth0", "up")
         print(f"  host={host.name} container={ctr.name} client={client.name}")
 
-        step("cni-chain add conflists/demo.conflist (bridge, portmap, bandwidth, tuning)")
+        step("cni-chain add conflists/demo.conflist (flatnet, portmap, bandwidth, tuning)")
         conflist = load_conflist("demo.conflist", work)
         flags = ["--port", f"{HOST_PORT}:80/tcp", "--bandwidth", f"{RATE}", "--mac", MAC]
         print("  flags: " + " ".join(flags))

@@ -13,8 +13,8 @@ import pytest
 
 from bandwidth import ports as bandwidth_ports
 from bandwidth import tc
+from common import libnftables
 from portmap import kernel as portmap_kernel
-from portmap import libnftables
 from portmap import ports as portmap_ports
 from tests.harness.fake_kernel import (
     FLAG_WORDS,

@@ -3,7 +3,7 @@
     python -m tests.harness.crashpoint PLUGIN [MODULE:ATTR@N[+]]
 
 runs PLUGIN's executable code (its __main__.main, in this process) after wrapping the
-function MODULE:ATTR (e.g. `portmap.libnftables:Context.run`,
+function MODULE:ATTR (e.g. `common.libnftables:Context.run`,
 `common.statedir:StateDir.write_json`) so that its N-th call kills the process with SIGKILL
 right before it runs, or right after it returned with a trailing `+`. Random kills
 (tests/harness/crash.py) rarely land in the short windows between two kernel changes;
@@ -45,11 +45,18 @@ WATCHED = {
     "portmap": (
         "portmap.localnet:Registry.claim",
         "portmap.localnet:Registry._put_back",
-        "portmap.libnftables:Context.run",
+        "common.libnftables:Context.run",
         "portmap.kernel:XtablesKernel.run",
         *STATE_STEPS,
     ),
     "bandwidth": ("bandwidth.tc:Rtnl._apply_one", *STATE_STEPS),
+    "flatnet": (
+        "common.rtnl:RtnlSocket.exchange",
+        "common.libnftables:Context.run",
+        "flatnet.ipam:spawn",
+        "flatnet.links:set_sysctl",
+        *STATE_STEPS,
+    ),
     "tuning": (
         "tuning.apply:write_sysctl",
         "tuning.apply:change_link",

@@ -119,13 +119,14 @@ def run_plugin(
 def load_conflist(name: str, workdir: Path, **overrides: Any) -> Path:
     """Copy conflists/<name> into workdir with host-local's dataDir inside workdir.
 
-    host-local keeps its leases under /var/lib/cni/networks by default: tests must not.
+    host-local and flatnet-ipam keep their leases under /var/lib/cni/networks by default:
+    tests must not.
     """
     raw = json.loads((CONFLISTS / name).read_text())
     raw.update(overrides)
     for plugin in raw["plugins"]:
         ipam = plugin.get("ipam")
-        if isinstance(ipam, dict) and ipam.get("type") == "host-local":
+        if isinstance(ipam, dict) and ipam.get("type") in ("host-local", "flatnet-ipam"):
             ipam["dataDir"] = str(workdir / "host-local")
     out = workdir / name
     out.write_text(json.dumps(raw, indent=2))

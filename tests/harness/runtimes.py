@@ -101,7 +101,7 @@ def write_conflist(
     raw["plugins"] = [*raw["plugins"], *extra_plugins]
     for plugin in raw["plugins"]:
         ipam = plugin.get("ipam")
-        if isinstance(ipam, dict) and ipam.get("type") == "host-local":
+        if isinstance(ipam, dict) and ipam.get("type") in ("host-local", "flatnet-ipam"):
             ipam["dataDir"] = str(data_dir / "host-local")
         if plugin.get("type") == "tuning":
             plugin["dataDir"] = str(data_dir / "tuning")

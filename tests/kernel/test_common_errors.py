@@ -18,7 +18,7 @@ import pytest
 from tests.harness import netns as nslib
 from tests.harness.plugins import our
 
-PLUGINS = ("portmap", "bandwidth", "tuning", "flatnet-ipam")
+PLUGINS = ("portmap", "bandwidth", "tuning", "flatnet", "flatnet-ipam")
 GOOD = {"cniVersion": "1.0.0", "name": "net1", "type": "x"}
 NETNS = "@netns"  # replaced by a real foreign netns path
 

@@ -327,7 +327,7 @@ def test_del_beside_a_killed_add_still_removes_the_table(lab: Lab) -> None:
         ok(rig.call("GC"), "first GC")
         pristine = rig.world()
         ok(ch.run(ch.invocation("portmap", "ADD", a, lab.host, lab.env)), "ADD of A")
-        killed = at_crash_point(rig.inv("ADD"), "portmap", "portmap.libnftables:Context.run@1")
+        killed = at_crash_point(rig.inv("ADD"), "portmap", "common.libnftables:Context.run@1")
         assert killed.returncode == -9
         assert len(list((lab.state_root / "portmap").glob("*.json"))) == 2  # B's intent
         ok(ch.run(ch.invocation("portmap", "DEL", a, lab.host, lab.env)), "DEL of A")

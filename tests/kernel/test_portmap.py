@@ -389,7 +389,7 @@ def test_iptables_status_reads_no_table(lab: Lab) -> None:
     status = {"cniVersion": "1.1.0", "name": "direct", "type": "portmap", "backend": "iptables"}
     trace = {**lab.env, "PYTHONPROFILEIMPORTTIME": "1"}
     run = run_plugin(PORTMAP, "STATUS", status, host=lab.host, env=trace).ok()
-    assert "portmap.xtables" in run.stderr and "portmap.libnftables" not in run.stderr
+    assert "portmap.xtables" in run.stderr and "common.libnftables" not in run.stderr
     ran: list[list[str]] = []
 
     class Recording(XtablesKernel):
@@ -474,7 +474,7 @@ def test_sigkill_at_every_step_of_add_then_retry_and_clean_del(lab: Lab, backend
     )
     points = crash_points(add, "portmap", lab.workdir / "crashpoint-count.json")
     _run(lab, "DEL", conf, container_id="killed").ok()  # counting made a clean ADD
-    kernel_steps = [p for p in points if p.startswith(("portmap.libnftables", "portmap.kernel"))]
+    kernel_steps = [p for p in points if p.startswith(("common.libnftables", "portmap.kernel"))]
     assert kernel_steps, points  # the steps between kernel changes are among them
     for spec in points:
         killed = at_crash_point(add, "portmap", spec)

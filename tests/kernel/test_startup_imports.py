@@ -68,7 +68,9 @@ HEAVY = (
 # The library the plugins are built on: heavy modules it imports itself are its own.
 LIBRARIES = ("pyroute2",)
 
-PLUGINS = ("portmap", "bandwidth", "tuning", "flatnet_ipam")
+PLUGINS = ("portmap", "bandwidth", "tuning", "flatnet", "flatnet_ipam")
+# The one plugin-to-plugin import the layers allow: flatnet runs flatnet-ipam's library.
+LIBRARY_OF = {"flatnet": ("flatnet_ipam",)}
 # Besides the other plugins (never imported by one), what each verb must not load.
 # VERSION (podman asks every plugin of every list on every command) answers from skel
 # alone: no config parsing, no store, no verbs. A verb loads the netlink messages it
@@ -83,10 +85,14 @@ NOT_FOR = {
     "bandwidth-pass-through": (NETLINK,),
     "tuning-pass-through": (NETLINK, "ctypes"),
     "portmap-nftables": ("portmap.xtables", NETLINK),
-    "portmap-iptables": ("portmap.libnftables", "ctypes", NETLINK),
+    "portmap-iptables": ("common.libnftables", "ctypes", NETLINK),
     # An IPAM plugin's work is files: no netlink, no ctypes, no ipaddress (flatnet_ipam.addr).
     "flatnet-ipam": (NETLINK, "ipaddress", "ctypes"),
     # pyroute2's tcmsg package would import every qdisc and classifier it knows.
+    # flatnet sends link, address and route messages: no tc, and no IPRoute (asyncio).
+    "flatnet": ("pyroute2.netlink.rtnl.tcmsg", "pyroute2.iproute"),
+    # DEL deletes the host veth, a link message: no address or route classes.
+    "flatnet-DEL": ("pyroute2.netlink.rtnl.ifaddrmsg", "pyroute2.netlink.rtnl.rtmsg"),
     "bandwidth": (
         "dataclasses",
         "inspect",
@@ -180,6 +186,7 @@ def imported(
     argv = ["ip", "netns", "exec", host, *python] if host else python
     data = json.dumps(conf or {"cniVersion": "1.0.0"}).encode() if stdin is None else stdin
     proc = subprocess.run(argv, input=data, env=full, capture_output=True, check=False)
+    (tmp / f"stdout-{plugin}-{command}.json").write_bytes(proc.stdout)  # e.g. for CHECK
     assert proc.returncode == 0, f"{plugin} {command} failed: {proc.stdout!r} {proc.stderr!r}"
     return Imports(out.read_text().split(), proc.stderr.decode(errors="replace"))
 
@@ -187,7 +194,7 @@ def imported(
 def problems_of(found: Imports, plugin: str, kind: str) -> list[str]:
     modules = found.modules
     heavy = [m for m in modules if m in HEAVY and not found.first_imported_by_a_library(m)]
-    others = tuple(p for p in PLUGINS if p != plugin)
+    others = tuple(p for p in PLUGINS if p != plugin and p not in LIBRARY_OF.get(plugin, ()))
     unused = (*others, *NOT_FOR.get(kind, ()))
     wrong = [m for m in modules for p in unused if m == p or m.startswith(p + ".")]
     problems = []
@@ -198,7 +205,7 @@ def problems_of(found: Imports, plugin: str, kind: str) -> list[str]:
     return problems
 
 
-@pytest.mark.parametrize("plugin", ["portmap", "bandwidth", "tuning", "flatnet_ipam"])
+@pytest.mark.parametrize("plugin", ["portmap", "bandwidth", "tuning", "flatnet", "flatnet_ipam"])
 def test_version_imports_almost_nothing(tmp_path: Path, plugin: str) -> None:
     problems = problems_of(imported(tmp_path, plugin, "VERSION"), plugin, "VERSION")
     assert not problems, f"{plugin} VERSION: " + "\n".join(problems)
@@ -298,6 +305,37 @@ def test_add_check_del_import_only_what_they_use(lab: Lab, tmp_path: Path, kind:
         for command, imports in found.items()
         for problem in problems_of(imports, plugin, kind)
     ]
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.root
+def test_flatnet_add_check_del_import_only_what_they_use(lab: Lab, tmp_path: Path) -> None:
+    config: dict[str, Any] = {
+        "cniVersion": "1.0.0", "name": "imports", "type": "flatnet", "bridge": "fl0",
+        "isGateway": True, "ipMasq": True,
+        "ipam": {"type": "flatnet-ipam", "subnet": "10.42.0.0/24",
+                 "dataDir": str(tmp_path / "leases")},
+    }  # fmt: skip
+    found = {}
+    for command in ("ADD", "CHECK", "DEL"):
+        if command == "CHECK":
+            added = json.loads((tmp_path / "stdout-flatnet-ADD.json").read_text())
+            config = {**config, "prevResult": added}
+        found[command] = imported(
+            tmp_path,
+            "flatnet",
+            command,
+            config,
+            netns=lab.ctr.path,
+            host=lab.host.name,
+            env=lab.env,
+        )
+    problems = [
+        f"flatnet {command}: {problem}"
+        for command, imports in found.items()
+        for problem in problems_of(imports, "flatnet", "flatnet")
+    ]
+    problems += [f"flatnet DEL: {p}" for p in problems_of(found["DEL"], "flatnet", "flatnet-DEL")]
     assert not problems, "\n".join(problems)
 
 

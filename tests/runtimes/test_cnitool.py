@@ -119,6 +119,8 @@ def test_libcni_add_check_del_every_conflist(
     conf_dir = lab.workdir / "net.d"
     raw = write_conflist(listname, conf_dir, lab.workdir)
     net, plugins = str(raw["name"]), types_of(raw)
+    if flavour == "go" and {"flatnet", "flatnet-ipam"} & set(plugins):
+        pytest.skip("flatnet and flatnet-ipam are ours: the Go flavour has neither")
     warm = lab.new_netns("warm")
     with mount_jail(lab.host, lab.workdir / "var-lib") as jail:
         tool = Cnitool(jail, conf_dir, cni_dirs, lab.env)

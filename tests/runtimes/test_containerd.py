@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from tests.harness.containerd import Containerd, containerd
 from tests.harness.lab import Lab
-from tests.harness.runtimes import Uplink, files_under, kernel_snapshot, leftover_state
+from tests.harness.runtimes import Uplink, files_under, kernel_snapshot, leftover_state, plugin_dirs
 from tests.harness.traffic import echo_server, measure_throughput, reaches
 
 pytestmark = [
@@ -89,3 +90,37 @@ def test_bandwidth_annotations_shape_the_pod_both_ways(
     ctd.remove_pod(pod)
     assert "ifb" not in lab.host.ip("-d", "link", "show")
     assert "tbf" not in lab.host.run("tc", "qdisc", "show")
+
+
+@pytest.fixture
+def ctd_flatnet(lab: Lab, our_bin: Path) -> Iterator[Containerd]:
+    """containerd whose pod network is flatnet + portmap + bandwidth + tuning (our code);
+    Go's directory stays in the path only for the loopback plugin CRI runs itself."""
+    pytest.importorskip("cri_api", reason="container-runtime-interface-api (test extra)")
+    dirs = plugin_dirs("ours", our_bin)
+    with containerd(lab.host, lab.workdir, dirs, "containerd-flatnet.conflist", {}) as c:
+        yield c
+
+
+def test_pod_through_flatnet_chain_reaches_and_teardown_leaves_nothing(
+    lab: Lab, ctd_flatnet: Containerd, uplink: Uplink
+) -> None:
+    ctd = ctd_flatnet
+    warm = ctd.run_pod("warmup", ((18890, 80, "tcp"),))  # the bridge and the nft chain stay
+    ctd.stop_pod(warm)
+    ctd.remove_pod(warm)
+    before = kernel_snapshot(lab.host)
+
+    pod = ctd.run_pod("web", ((18800, 8080, "tcp"),), annotations=SHAPED)
+    pod_ns = ctd.pod_netns(pod)
+    assert "master cni1" in lab.host.ip("link", "show", "type", "veth")
+    assert lab.host.run("tc", "qdisc", "show").count("tbf") == 2
+    with echo_server(pod_ns, 8080, "tcp", tag="pod"):
+        assert reaches(uplink.client, uplink.host_addr, 18800, "tcp", payload=b"x") == b"pod:x"
+        assert reaches(lab.host, "127.0.0.1", 18800, "tcp", payload=b"z") == b"pod:z"
+
+    ctd.stop_pod(pod)  # TearDown: DEL with the netns still there
+    ctd.remove_pod(pod)  # and again, for what is already gone
+    assert kernel_snapshot(lab.host) == before
+    assert ctd.jail is not None
+    assert leftover_state(ctd.jail.path("/run/cni/meta-plugins")) == []

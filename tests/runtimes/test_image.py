@@ -29,7 +29,7 @@ from tests.harness.runtimes import stop_process, wait_for
 
 BUILD_IMAGE = REPO / "deploy" / "build-image.sh"
 MANIFESTS = REPO / "deploy" / "kubernetes"
-PLUGINS = ("portmap", "bandwidth", "tuning", "flatnet-ipam")
+PLUGINS = ("portmap", "bandwidth", "tuning", "flatnet", "flatnet-ipam")
 CHROOT = shutil.which("chroot") or "/usr/sbin/chroot"  # resolved here: plugins get no PATH
 SITE = next((Path(OUR_BIN).parent / "lib").glob("python3*/site-packages"))
 TAG = "localhost/cmpt-cni-meta-plugins:test"
@@ -99,10 +99,14 @@ class PrivatePodman:
         for d in ("tmp", "var-lib"):
             (self.workdir / d).mkdir(parents=True, exist_ok=True)
         # runc, cgroupfs and file locks: what works on every test machine (crun fails on
-        # hybrid cgroups; the default locks live in the machine's /dev/shm).
+        # hybrid cgroups; the default locks live in the machine's /dev/shm). The network
+        # backend pinned: with none set, podman picks netavark for a fresh store wherever
+        # netavark is installed (the podman bench installs it).
         (self.workdir / "containers.conf").write_text(
             f"""[containers]
 default_ulimits = ["nofile=1024:1024", "nproc=4096:4096"]
+[network]
+network_backend = "cni"
 [engine]
 runtime = "runc"
 cgroup_manager = "cgroupfs"

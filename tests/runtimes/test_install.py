@@ -22,7 +22,7 @@ from tests.harness.plugins import GO_BIN, OUR_BIN, REPO
 INSTALL = REPO / "deploy" / "install.sh"
 BUILD_BUNDLE = REPO / "deploy" / "build-bundle.sh"
 MANIFEST = REPO / "deploy" / "kubernetes" / "daemonset.yaml"
-PLUGINS = ("portmap", "bandwidth", "tuning", "flatnet-ipam")
+PLUGINS = ("portmap", "bandwidth", "tuning", "flatnet", "flatnet-ipam")
 # Ours that have a Go plugin of the same name, which an install moves aside.
 REPLACES_GO = ("portmap", "bandwidth", "tuning")
 CHROOT = shutil.which("chroot") or "/usr/sbin/chroot"  # resolved here: plugins get no PATH
@@ -183,7 +183,7 @@ def test_bundle_installed_into_a_scratch_root_runs_with_nothing_else_there(
     # The kernel-facing library loads from the bundle too (libnftables).
     b = "/opt/cni-meta-plugins/bundle"
     code = (f"import sys; sys.path.insert(0, '{b}/site'); import pyroute2; "
-            "from portmap import libnftables; libnftables.Context(); print('ok')")  # fmt: skip
+            "from common import libnftables; libnftables.Context(); print('ok')")  # fmt: skip
     proc = subprocess.run(
         [CHROOT, str(root), f"{b}/lib/ld-linux.so", "--library-path", f"{b}/lib",
          f"{b}/bin/python3", "-I", "-S", "-c", code],

@@ -187,3 +187,37 @@ def test_every_network_survives_podmans_version_probe(pm: Podman, our_bin: Path)
     names = listed.stdout.split()
     assert "cmp-podman" in names and "cmp-odd" in names, listed.stdout + listed.stderr
     assert "cmp-odd" not in listed.stderr and "cmp-podman" not in listed.stderr, listed.stderr
+
+
+# ---------------------------------------------------------------------------- flatnet
+
+
+@pytest.fixture
+def pm_flatnet(lab: Lab, our_bin: Path) -> Iterator[Podman]:
+    """podman with our plugins alone in its plugin path: no Go plugin can be reached."""
+    with podman(lab.host, lab.workdir / "podman", [str(our_bin)], {}) as p:
+        yield p
+
+
+def test_flatnet_chain_alone_runs_podman_run_rm_p(
+    lab: Lab, pm_flatnet: Podman, uplink: Uplink
+) -> None:
+    """`podman run --rm -p` through flatnet + portmap + bandwidth + tuning (and
+    flatnet-ipam in-process): the published port answers, and removing the container
+    leaves the host as the first container left it."""
+    pm = pm_flatnet
+    net = pm.add_network("podman-flatnet.conflist")
+    run_web(pm, net, "warmup", "18500:80")  # the bridge and the network's nft chain stay
+    pm.run("rm", "-f", "-t", "0", "warmup")
+    before = kernel_snapshot(lab.host)
+    leases_before = files_under(pm.workdir / "host-local")
+
+    run_web(pm, net, "web", "18501:80")
+    assert curl(lab.host.name, "http://127.0.0.1:18501/") == "hello from busybox\n"
+    assert curl(uplink.client.name, f"http://{uplink.host_addr}:18501/") == "hello from busybox\n"
+    assert "master cni-podman8" in lab.host.ip("link", "show", "type", "veth")
+
+    pm.run("rm", "-f", "-t", "0", "web")
+    assert kernel_snapshot(lab.host) == before
+    assert files_under(pm.workdir / "host-local") == leases_before
+    assert leftover_state(pm.state_root) == []

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-PLUGINS = ("portmap", "bandwidth", "tuning", "flatnet-ipam")  # executables
+PLUGINS = ("portmap", "bandwidth", "tuning", "flatnet", "flatnet-ipam")  # executables
 ALL_VERSIONS = ["0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"]
 # Local products and caches; everything else in the checkout is source.
 NOT_SOURCE = shutil.ignore_patterns(
@@ -102,10 +102,10 @@ def test_installed_wheel_answers_version(venv: Path, plugin: str) -> None:
 
 def test_installed_wheel_runs_from_the_venv_with_the_pinned_pyroute2(venv: Path) -> None:
     script = (
-        "import importlib.metadata as m, json, portmap, bandwidth, tuning, flatnet_ipam\n"
+        "import importlib.metadata as m, json, portmap, bandwidth, tuning, flatnet, flatnet_ipam\n"
         "import pyroute2\n"
         "print(json.dumps({'files': [portmap.__file__, bandwidth.__file__, tuning.__file__,"
-        " flatnet_ipam.__file__],"
+        " flatnet.__file__, flatnet_ipam.__file__],"
         " 'pyroute2': m.version('pyroute2'),"
         " 'requires': m.requires('cni-meta-plugins')}))"
     )

@@ -69,3 +69,6 @@ def test_readme_names_exactly_the_apt_packages_each_command_installs() -> None:
     assert demo and test, "README's apt lists for make demo / make test not found"
     assert demo.group(1).split() == makefile_list(makefile, "DEMO_APT")
     assert test.group(1).split() == makefile_list(makefile, "TEST_APT")
+    bench = re.search(r"^- `make bench`: the tests' and `([^`]+)`", readme, re.MULTILINE)
+    assert bench, "README's apt list for make bench not found"
+    assert bench.group(1).split() == makefile_list(makefile, "BENCH_APT")

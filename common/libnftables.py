@@ -1,7 +1,7 @@
 """libnftables through ctypes: the project's one binding of it. The nftables project's
 own Python binding is not on PyPI, and the distribution's (Debian's python3-nftables) is
 installed into the system Python, which the plugins' isolated venv or bundle does not
-see; so the few calls portmap makes are bound here, needing only the libnftables1
+see; so the few calls portmap and flatnet make are bound here, needing only the libnftables1
 library. A context lives as long as the process (never freed: the process exits).
 """
 
