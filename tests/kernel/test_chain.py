@@ -141,5 +141,5 @@ def test_failing_plugin_is_reported_readably(lab: Lab) -> None:
 def test_version_of_every_plugin_in_the_list(lab: Lab) -> None:
     conflist = load_conflist("demo.conflist", lab.workdir)
     info = lab.chain.run("version", str(conflist)).json
-    assert set(info) == {"bridge", "portmap", "bandwidth", "tuning"}
+    assert set(info) == {"flatnet", "portmap", "bandwidth", "tuning"}
     assert "1.1.0" in info["portmap"]["supportedVersions"]
