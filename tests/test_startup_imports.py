@@ -75,7 +75,8 @@ NOT_FOR = {
     "tuning-pass-through": ("pyroute2", "portmap", "bandwidth"),
     # contextlib (with functools and collections) only for blocks a class does as well
     "portmap-nftables": ("portmap.xtables", "pyroute2", "contextlib"),
-    "portmap-iptables": ("portmap.libnftables", "pyroute2", "contextlib"),
+    # (the iptables backend loads libnftables too, for the localhost guard: see BUDGET)
+    "portmap-iptables": ("pyroute2", "contextlib"),
     # pyroute2's tcmsg package would import every qdisc and classifier it knows.
     # An IPAM plugin's work is files: no netlink, no ctypes, no ipaddress (flatnet_ipam.addr).
     "flatnet-ipam": ("pyroute2", "portmap", "bandwidth", "tuning", "ipaddress", "ctypes"),
@@ -106,7 +107,9 @@ NOT_FOR = {
 # A verb that reads or writes /proc/sys loads common.sysctl, the one reader and writer.
 # portmap's verbs load portmap.localnet (which interface gets route_localnet, and who
 # still needs it: DEL of the last one puts it back, through common.sysctl); ADD and
-# CHECK ask the kernel for the route to the container over common.rtnl.
+# CHECK ask the kernel for the route to the container over common.rtnl. The localhost
+# guard beside route_localnet is made with libnftables wherever it loads, whatever the
+# backend: the iptables backend's ADD and last DEL load portmap.libnftables and ctypes.
 BUDGET = {
     ("portmap", "VERSION"): 9,
     ("bandwidth", "VERSION"): 9,
@@ -115,9 +118,9 @@ BUDGET = {
     ("portmap-nftables", "ADD"): 55,
     ("portmap-nftables", "CHECK"): 55,
     ("portmap-nftables", "DEL"): 45,  # no plan (nor ipaddress) when the state file says
-    ("portmap-iptables", "ADD"): 52,
+    ("portmap-iptables", "ADD"): 56,
     ("portmap-iptables", "CHECK"): 52,
-    ("portmap-iptables", "DEL"): 41,
+    ("portmap-iptables", "DEL"): 45,
     ("bandwidth", "ADD"): 140,
     ("bandwidth", "CHECK"): 139,
     ("bandwidth", "DEL"): 137,
