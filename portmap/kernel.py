@@ -2,10 +2,11 @@
 one for the extras both need. The verbs are handed a `Kernel` (tests hand them a model
 of netfilter with the same methods, tests/harness/fake_portmap.py); these are the real
 ones. Each opens what it needs on first use only: libnftables is not loaded by the
-iptables backend, nor a netlink socket by a call that asks nothing through one. The
-netlink questions need no pyroute2: their few messages are built here and travel on
-common.rtnl's NetlinkSocket. The localhost guard (see `guard_nft_text`) is made with
-nftables where libnftables works, else with the host's iptables tools.
+iptables backend's mappings, nor a netlink socket by a call that asks nothing through
+one. The netlink questions need no pyroute2: their few messages are built here and
+travel on common.rtnl's NetlinkSocket. The localhost guard (see `guard_nft_text`) is
+made with nftables where libnftables works, whatever the backend (one mechanism per
+host), else with the host's iptables tools.
 """
 
 from __future__ import annotations

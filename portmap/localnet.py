@@ -210,7 +210,7 @@ class Registry:
             self.dir.remove(marker)
         try:
             self.kernel.guard_localnet(i for i in self.users() if i != ifname)
-        except OSError as e:  # left over it only drops what reaches nothing: not worth a failed DEL
+        except OSError as e:  # left over, it only drops what it was made to: not worth a failed DEL
             self.log.warning(f"localhost guard of {ifname} not removed: {e}")
         self.dir.remove(f"{ifname}@{tag}")
 
