@@ -32,6 +32,9 @@ _MSG_GETTABLE, _MSG_GETCHAIN, _MSG_GETSET, _MSG_GETSETELEM = 1, 4, 10, 13
 _NFPROTO_INET = 1
 _ENOENT = 2
 _LEGACY_NAMES = {4: "/proc/net/ip_tables_names", 6: "/proc/net/ip6_tables_names"}
+# the variant the iptables backend is forced to (portmap.xtables.VARIANT_ENV, which
+# imports this module), for the localhost guard's tools too
+IPTABLES_VARIANT_ENV = "CNI_META_IPTABLES"
 
 
 class NftKernel:
@@ -197,10 +200,9 @@ class XtablesKernel:
         when it is forced); one iptables-restore after two looks at what is there.
         OSError when a tool is missing or refuses."""
         from common.state import lock_timeout
-        from portmap.xtables import VARIANT_ENV, VARIANTS
 
-        forced = os.environ.get(VARIANT_ENV, "")
-        variant = forced if forced in VARIANTS else self.host_variant()
+        forced = os.environ.get(IPTABLES_VARIANT_ENV, "")
+        variant = forced if forced in ("nft", "legacy") else self.host_variant()
         restore = self.tool(variant, 4, "restore")
         if restore is None:
             if not interfaces:

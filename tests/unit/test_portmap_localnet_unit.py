@@ -82,3 +82,9 @@ def test_the_iptables_guard_is_a_chain_of_ours_jumped_to_first_from_input(
     interfaces: list[str], jump: bool, chain: bool, expected: list[str]
 ) -> None:
     assert guard_iptables_lines(interfaces, jump, chain) == expected
+
+
+def test_the_guard_forces_the_iptables_variant_by_the_backends_variable() -> None:
+    from portmap import kernel, xtables
+
+    assert kernel.IPTABLES_VARIANT_ENV == xtables.VARIANT_ENV
