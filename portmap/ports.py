@@ -88,6 +88,11 @@ class Kernel(Protocol):
 
     def write_sysctl(self, path: str, value: str) -> None: ...
 
+    def guard_localnet(self, interfaces: Iterable[str]) -> None:
+        """Drop new, non-DNAT packets to 127.0.0.0/8 arriving on exactly `interfaces`
+        (none: no guard); OSError when it cannot be made so."""
+        ...
+
     def flush_udp_conntrack(self, family: int, targets: Iterable[tuple[str | None, int]]) -> int:
         """Delete the UDP conntrack entries to these (host address or any, port) targets;
         how many were deleted."""
