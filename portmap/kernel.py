@@ -21,7 +21,6 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from common.rtnl import NetlinkSocket
     from portmap.libnftables import Context
 
 # The only directories an iptables tool is run from (absolute, root's own), never PATH:
@@ -279,12 +278,9 @@ def _udp_destination(payload: bytes) -> tuple[bytes, bytes, int, bytes] | None:
     return tuple_raw, entry.get(CTA_ZONE, b""), port, addr
 
 
-# linux/rtnetlink.h
+# linux/rtnetlink.h: a route query (portmap sends no link message of its own)
 RTM_NEWROUTE, RTM_GETROUTE = 24, 26
 RTA_DST, RTA_OIF, RTA_GATEWAY = 1, 4, 5
-
-
-IFLA_IFNAME, IFLA_LINKINFO, IFLA_INFO_KIND = 3, 18, 1
 
 
 class Route(Value):
@@ -296,38 +292,6 @@ class Route(Value):
     oif: str
     gateway: str = ""
     link_kind: str = ""
-
-
-def _first(
-    replies: Iterable[bytes], msg_type: int, head: int
-) -> tuple[bytes, dict[int, bytes]] | None:
-    """(fixed header, attributes) of the first reply of `msg_type`, reading all."""
-    from common.rtnl import NLMSG_HDRLEN, nlas
-
-    found = None
-    for reply in replies:
-        if found is None and struct.unpack_from("=H", reply, 4)[0] == msg_type:
-            body = reply[NLMSG_HDRLEN:]
-            found = (body[:head], dict(nlas(body[head:])))
-    return found
-
-
-def _link(nl: NetlinkSocket, index: int) -> tuple[str, str]:
-    """(name, kind) of the device with ifindex `index`; ("", "") when it is gone."""
-    from common.rtnl import RTM_GETLINK, RTM_NEWLINK, NetlinkError, nlas
-
-    ifinfomsg = struct.pack("=BxHiII", _socket.AF_UNSPEC, 0, index, 0, 0)
-    try:
-        found = _first(nl.request(RTM_GETLINK, 0, ifinfomsg), RTM_NEWLINK, len(ifinfomsg))
-    except NetlinkError:
-        return "", ""
-    if found is None:
-        return "", ""
-    attrs = found[1]
-    name = attrs.get(IFLA_IFNAME, b"").split(b"\0", 1)[0].decode(errors="replace")
-    info = dict(nlas(attrs.get(IFLA_LINKINFO, b"")))
-    kind = info.get(IFLA_INFO_KIND, b"").split(b"\0", 1)[0].decode(errors="replace")
-    return name, kind
 
 
 def guard_nft(nft: NftKernel, interfaces: list[str]) -> None:
@@ -382,29 +346,48 @@ class Kernel:
 
     def route_v4(self, ip: str) -> Route | None:
         """The host's route to a container address, as the kernel resolves it (policy
-        rules and every table), with its output device's name and kind: an RTM_GETROUTE
-        and an RTM_GETLINK, built here (no pyroute2 on the ADD path). None when there is
-        no route (unreachable, blackhole, prohibited)."""
-        from common.rtnl import NETLINK_ROUTE, NetlinkSocket, nla
+        rules and every table): an RTM_GETROUTE, and the output device's name from its
+        index (SIOCGIFNAME). Its kind is `link_kind`'s to ask. None when there is no
+        route (unreachable, blackhole, prohibited)."""
+        from common.rtnl import NETLINK_ROUTE, NLMSG_HDRLEN, NetlinkSocket, nla, nlas
 
         # struct rtmsg: family, dst_len, src_len, tos, table, protocol, scope, type, flags
-        rtmsg = struct.pack("=BBBBBBBBI", _socket.AF_INET, 32, 0, 0, 0, 0, 0, 0, 0)
-        body = rtmsg + nla(RTA_DST, _socket.inet_pton(_socket.AF_INET, ip))
+        head = struct.pack("=BBBBBBBBI", _socket.AF_INET, 32, 0, 0, 0, 0, 0, 0, 0)
+        body = head + nla(RTA_DST, _socket.inet_pton(_socket.AF_INET, ip))
         try:
             with NetlinkSocket(NETLINK_ROUTE) as nl:
-                found = _first(nl.request(RTM_GETROUTE, 0, body), RTM_NEWROUTE, len(rtmsg))
-                if found is None:
-                    return None
-                kind, attrs = found[0][7], found[1]
-                gateway = attrs.get(RTA_GATEWAY, b"")
-                via = _socket.inet_ntop(_socket.AF_INET, gateway) if len(gateway) == 4 else ""
-                name = link_kind = ""
-                if RTA_OIF in attrs:
-                    (index,) = struct.unpack("=I", attrs[RTA_OIF][:4])
-                    name, link_kind = _link(nl, index)
+                replies = list(nl.request(RTM_GETROUTE, 0, body))  # read to its ACK
+            routes = [r for r in replies if struct.unpack_from("=H", r, 4)[0] == RTM_NEWROUTE]
+            if not routes:
+                return None
+            route = routes[0][NLMSG_HDRLEN:]
+            attrs = dict(nlas(route[len(head) :]))
+            gateway = attrs.get(RTA_GATEWAY, b"")
+            via = _socket.inet_ntop(_socket.AF_INET, gateway) if len(gateway) == 4 else ""
+            name = ""
+            if RTA_OIF in attrs:
+                name = _socket.if_indextoname(struct.unpack("=I", attrs[RTA_OIF][:4])[0])
         except OSError:
             return None
-        return Route(kind, name, via, link_kind)
+        return Route(route[7], name, via)
+
+    def link_kind(self, name: str) -> str:
+        """The kind of the device `name` (pyroute2's link message): "bridge", "veth", ...;
+        "" for a plain device or none."""
+        from common.rtnl import RtnlSocket
+
+        try:
+            rtnl = RtnlSocket()
+        except OSError:
+            return ""
+        try:
+            link = rtnl.link(name)
+        except OSError:
+            return ""
+        finally:
+            rtnl.close()
+        info = link.get_attr("IFLA_LINKINFO") if link is not None else None
+        return str((info.get_attr("IFLA_INFO_KIND") if info else None) or "")
 
     # The host's own sysctls, in the plugin's netns.
     def read_sysctl(self, path: str) -> str:

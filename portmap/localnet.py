@@ -105,7 +105,10 @@ def interface_for(plan: Plan, prev: Result | None, kernel: Kernel, log: Log) -> 
     ip = needed(plan)
     if ip is None:
         return None
-    ifname, why = choose(kernel.route_v4(ip), host_interfaces(prev))
+    route, host_side = kernel.route_v4(ip), host_interfaces(prev)
+    if route is not None and route.oif and not host_side:  # only then does the kind decide
+        route = route.replace(link_kind=kernel.link_kind(route.oif))
+    ifname, why = choose(route, host_side)
     if ifname is None:
         log.warning(f"route_localnet left alone: 127.0.0.1:hostPort will not reach {ip}: {why}")
     return ifname

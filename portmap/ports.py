@@ -81,7 +81,11 @@ class Kernel(Protocol):
 
     def route_v4(self, ip: str) -> Route | None:
         """The host's route to an IPv4 container address, as the kernel resolves it (its
-        output device's name and kind); None when there is none."""
+        output device's name; not its kind); None when there is none."""
+        ...
+
+    def link_kind(self, name: str) -> str:
+        """The kind of the device `name` ("bridge", "veth", ...; "" for a plain one)."""
         ...
 
     def read_sysctl(self, path: str) -> str: ...

@@ -455,7 +455,13 @@ class FakeNetfilter:
             key=lambda n: n.prefixlen,
             default=None,
         )
-        return self.routes[str(best)] if best is not None else Route(1, "cni0", "", "bridge")
+        route = self.routes[str(best)] if best is not None else Route(1, "cni0", "", "bridge")
+        return route.replace(link_kind="") if route is not None else None  # link_kind's
+
+    def link_kind(self, name: str) -> str:
+        """The kind `routes` gives the device (cni0: a bridge)."""
+        kinds = {r.oif: r.link_kind for r in self.routes.values() if r is not None}
+        return kinds.get(name, "bridge" if name == "cni0" else "")
 
     def read_sysctl(self, path: str) -> str:
         if path not in self.sysctls:
