@@ -2,9 +2,11 @@
 one for the extras both need. The verbs are handed a `Kernel` (tests hand them a model
 of netfilter with the same methods, tests/harness/fake_portmap.py); these are the real
 ones. Each opens what it needs on first use only: libnftables is not loaded by the
-iptables backend, nor a netlink socket by a call that asks nothing through one. The
-netlink questions need no pyroute2: their few messages are built here and travel on
-common.rtnl's NetlinkSocket.
+iptables backend's mappings, nor a netlink socket by a call that asks nothing through
+one. The netlink questions need no pyroute2: their few messages are built here and
+travel on common.rtnl's NetlinkSocket. The localhost guard (see `guard_nft_text`) is
+made with nftables where libnftables works, whatever the backend (one mechanism per
+host), else with the host's iptables tools.
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
 
     from common.libnftables import Context
-    from common.rtnl import NetlinkSocket
 
 # The only directories an iptables tool is run from (absolute, root's own), never PATH:
 # runtimes exec plugins with all sorts of PATHs (or none, or relative entries).
@@ -30,6 +31,9 @@ _MSG_GETTABLE, _MSG_GETCHAIN, _MSG_GETSET, _MSG_GETSETELEM = 1, 4, 10, 13
 _NFPROTO_INET = 1
 _ENOENT = 2
 _LEGACY_NAMES = {4: "/proc/net/ip_tables_names", 6: "/proc/net/ip6_tables_names"}
+# the variant the iptables backend is forced to (portmap.xtables.VARIANT_ENV, which
+# imports this module), for the localhost guard's tools too
+IPTABLES_VARIANT_ENV = "CNI_META_IPTABLES"
 
 
 class NftKernel:
@@ -183,6 +187,62 @@ class XtablesKernel:
         return self.legacy_nat_exists(family)
 
 
+# ---------------------------------------------------------------------------- localhost guard
+
+# While route_localnet is on for an interface, whatever is on its link can send to
+# 127.0.0.0/8 and reach the node's services bound to localhost (Kubernetes CVE-2020-8558).
+# The guard drops such packets on input, as kube-proxy's fix does, but only for the
+# interfaces portmap switched: new connections that are not DNAT'd. What
+# 127.0.0.1:hostPort needs passes: its packets are DNAT'd on output, the container's
+# replies are ESTABLISHED. 127.0.0.0/8 is IPv4 only (IPv6's ::1 off `lo` is always martian).
+GUARD_TABLE = "ip cni_meta_localnet"
+GUARD_CHAIN = "CNI-META-LOCALNET"  # iptables: in the filter table, jumped to from INPUT
+GUARD_COMMENT = "cni-meta-plugins portmap: containers do not reach the node localhost"
+LOCALHOST_NET = "127.0.0.0/8"
+GUARD_JUMP = ["-d", LOCALHOST_NET, "-m", "comment", "--comment", GUARD_COMMENT, "-j", GUARD_CHAIN]
+
+
+def guard_nft_text(interfaces: list[str]) -> str:
+    """The guard's table, made anew (or removed, for no interfaces) in one transaction:
+    `add` before `delete` makes the delete succeed whether the table is there or not.
+    A packet without conntrack (untracked, invalid) matches neither `return` and drops."""
+    t = GUARD_TABLE
+    lines = [f"add table {t}", f"delete table {t}"]
+    if interfaces:
+        names = ", ".join(f'"{name}"' for name in interfaces)
+        lines += [
+            f'add table {t} {{ comment "{GUARD_COMMENT}; managed, do not edit"; }}',
+            f"add set {t} interfaces {{ type ifname; elements = {{ {names} }}; }}",
+            f"add chain {t} input {{ type filter hook input priority filter; policy accept; }}",
+            f"add chain {t} guard",
+            f"add rule {t} input ip daddr {LOCALHOST_NET} iifname @interfaces jump guard",
+            f"add rule {t} guard ct state established,related return",
+            f"add rule {t} guard ct status dnat return",
+            f"add rule {t} guard drop",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def guard_iptables_lines(interfaces: list[str], jump: bool, chain: bool) -> list[str]:
+    """The iptables-restore --noflush lines (filter table) that leave the guard on exactly
+    `interfaces`, given whether the INPUT jump and the chain are there. Declaring a chain
+    that exists flushes it: its rules are always written whole. The jump goes first in
+    INPUT: an ACCEPT before it would end the table's walk for the packet."""
+    if interfaces:
+        match = ["-m", "conntrack", "!", "--ctstate", "RELATED,ESTABLISHED,DNAT", "-j", "DROP"]
+        lines = [f":{GUARD_CHAIN} - [0:0]"]
+        lines += [" ".join(["-A", GUARD_CHAIN, "-i", name, *match]) for name in interfaces]
+        if not jump:
+            lines.append(" ".join(["-I", "INPUT", "1", *map(_restore_word, GUARD_JUMP)]))
+        return lines
+    lines = [" ".join(["-D", "INPUT", *map(_restore_word, GUARD_JUMP)])] if jump else []
+    return lines + ([f"-F {GUARD_CHAIN}", f"-X {GUARD_CHAIN}"] if chain else [])
+
+
+def _restore_word(word: str) -> str:
+    return f'"{word}"' if " " in word else word
+
+
 # ---------------------------------------------------------------------------- netlink
 
 # linux/netfilter/nfnetlink.h, nfnetlink_conntrack.h
@@ -218,12 +278,9 @@ def _udp_destination(payload: bytes) -> tuple[bytes, bytes, int, bytes] | None:
     return tuple_raw, entry.get(CTA_ZONE, b""), port, addr
 
 
-# linux/rtnetlink.h
+# linux/rtnetlink.h: a route query (portmap sends no link message of its own)
 RTM_NEWROUTE, RTM_GETROUTE = 24, 26
 RTA_DST, RTA_OIF, RTA_GATEWAY = 1, 4, 5
-
-
-IFLA_IFNAME, IFLA_LINKINFO, IFLA_INFO_KIND = 3, 18, 1
 
 
 class Route(Value):
@@ -237,36 +294,46 @@ class Route(Value):
     link_kind: str = ""
 
 
-def _first(
-    replies: Iterable[bytes], msg_type: int, head: int
-) -> tuple[bytes, dict[int, bytes]] | None:
-    """(fixed header, attributes) of the first reply of `msg_type`, reading all."""
-    from common.rtnl import NLMSG_HDRLEN, nlas
-
-    found = None
-    for reply in replies:
-        if found is None and struct.unpack_from("=H", reply, 4)[0] == msg_type:
-            body = reply[NLMSG_HDRLEN:]
-            found = (body[:head], dict(nlas(body[head:])))
-    return found
+def guard_nft(nft: NftKernel, interfaces: list[str]) -> None:
+    """The localhost guard on exactly `interfaces` (none: no guard table), in one
+    transaction; OSError when nft refuses."""
+    code, _, err = nft.context().run(guard_nft_text(interfaces))
+    if code != 0:
+        raise OSError(f"nft refused the localhost guard: {err.strip()}")
 
 
-def _link(nl: NetlinkSocket, index: int) -> tuple[str, str]:
-    """(name, kind) of the device with ifindex `index`; ("", "") when it is gone."""
-    from common.rtnl import RTM_GETLINK, RTM_NEWLINK, NetlinkError, nlas
+def guard_xtables(xtables: XtablesKernel, interfaces: list[str]) -> None:
+    """The localhost guard on exactly `interfaces` (none: no chain, no jump), in the
+    filter table of the host's `iptables` variant (the iptables backend's choice
+    when it is forced); one iptables-restore after two looks at what is there.
+    OSError when a tool is missing or refuses."""
+    from common.lock import lock_timeout
 
-    ifinfomsg = struct.pack("=BxHiII", _socket.AF_UNSPEC, 0, index, 0, 0)
-    try:
-        found = _first(nl.request(RTM_GETLINK, 0, ifinfomsg), RTM_NEWLINK, len(ifinfomsg))
-    except NetlinkError:
-        return "", ""
-    if found is None:
-        return "", ""
-    attrs = found[1]
-    name = attrs.get(IFLA_IFNAME, b"").split(b"\0", 1)[0].decode(errors="replace")
-    info = dict(nlas(attrs.get(IFLA_LINKINFO, b"")))
-    kind = info.get(IFLA_INFO_KIND, b"").split(b"\0", 1)[0].decode(errors="replace")
-    return name, kind
+    forced = os.environ.get(IPTABLES_VARIANT_ENV, "")
+    variant = forced if forced in ("nft", "legacy") else xtables.host_variant()
+    restore = xtables.tool(variant, 4, "restore")
+    if restore is None:
+        if not interfaces:
+            return  # no tool, nothing of ours made with it
+        raise OSError(f"iptables-{variant}-restore is not installed")
+    if variant == "legacy" and not interfaces:
+        try:  # asking a legacy tool about a missing table creates it
+            with open(_LEGACY_NAMES[4]) as f:
+                if "filter" not in f.read().split():
+                    return
+        except OSError:
+            return
+    wait = ["-w", str(max(1, int(lock_timeout())))]
+    base = [restore.removesuffix("-restore"), *wait, "-t", "filter"]
+    jump = xtables.run([*base, "-C", "INPUT", *GUARD_JUMP])[0] == 0
+    chain = xtables.run([*base, "-S", GUARD_CHAIN])[0] == 0
+    lines = guard_iptables_lines(interfaces, jump, chain)
+    if not lines:
+        return
+    text = "*filter\n" + "\n".join(lines) + "\nCOMMIT\n"
+    code, out = xtables.run([restore, "--noflush", *wait], text.encode())
+    if code != 0:
+        raise OSError(f"iptables-{variant}-restore refused the localhost guard: {out.strip()}")
 
 
 class Kernel:
@@ -279,29 +346,48 @@ class Kernel:
 
     def route_v4(self, ip: str) -> Route | None:
         """The host's route to a container address, as the kernel resolves it (policy
-        rules and every table), with its output device's name and kind: an RTM_GETROUTE
-        and an RTM_GETLINK, built here (no pyroute2 on the ADD path). None when there is
-        no route (unreachable, blackhole, prohibited)."""
-        from common.rtnl import NETLINK_ROUTE, NetlinkSocket, nla
+        rules and every table): an RTM_GETROUTE, and the output device's name from its
+        index (SIOCGIFNAME). Its kind is `link_kind`'s to ask. None when there is no
+        route (unreachable, blackhole, prohibited)."""
+        from common.rtnl import NETLINK_ROUTE, NLMSG_HDRLEN, NetlinkSocket, nla, nlas
 
         # struct rtmsg: family, dst_len, src_len, tos, table, protocol, scope, type, flags
-        rtmsg = struct.pack("=BBBBBBBBI", _socket.AF_INET, 32, 0, 0, 0, 0, 0, 0, 0)
-        body = rtmsg + nla(RTA_DST, _socket.inet_pton(_socket.AF_INET, ip))
+        head = struct.pack("=BBBBBBBBI", _socket.AF_INET, 32, 0, 0, 0, 0, 0, 0, 0)
+        body = head + nla(RTA_DST, _socket.inet_pton(_socket.AF_INET, ip))
         try:
             with NetlinkSocket(NETLINK_ROUTE) as nl:
-                found = _first(nl.request(RTM_GETROUTE, 0, body), RTM_NEWROUTE, len(rtmsg))
-                if found is None:
-                    return None
-                kind, attrs = found[0][7], found[1]
-                gateway = attrs.get(RTA_GATEWAY, b"")
-                via = _socket.inet_ntop(_socket.AF_INET, gateway) if len(gateway) == 4 else ""
-                name = link_kind = ""
-                if RTA_OIF in attrs:
-                    (index,) = struct.unpack("=I", attrs[RTA_OIF][:4])
-                    name, link_kind = _link(nl, index)
+                replies = list(nl.request(RTM_GETROUTE, 0, body))  # read to its ACK
+            routes = [r for r in replies if struct.unpack_from("=H", r, 4)[0] == RTM_NEWROUTE]
+            if not routes:
+                return None
+            route = routes[0][NLMSG_HDRLEN:]
+            attrs = dict(nlas(route[len(head) :]))
+            gateway = attrs.get(RTA_GATEWAY, b"")
+            via = _socket.inet_ntop(_socket.AF_INET, gateway) if len(gateway) == 4 else ""
+            name = ""
+            if RTA_OIF in attrs:
+                name = _socket.if_indextoname(struct.unpack("=I", attrs[RTA_OIF][:4])[0])
         except OSError:
             return None
-        return Route(kind, name, via, link_kind)
+        return Route(route[7], name, via)
+
+    def link_kind(self, name: str) -> str:
+        """The kind of the device `name` (pyroute2's link message): "bridge", "veth", ...;
+        "" for a plain device or none."""
+        from common.rtnl import RtnlSocket
+
+        try:
+            rtnl = RtnlSocket()
+        except OSError:
+            return ""
+        try:
+            link = rtnl.link(name)
+        except OSError:
+            return ""
+        finally:
+            rtnl.close()
+        info = link.get_attr("IFLA_LINKINFO") if link is not None else None
+        return str((info.get_attr("IFLA_INFO_KIND") if info else None) or "")
 
     # The host's own sysctls, in the plugin's netns.
     def read_sysctl(self, path: str) -> str:
@@ -313,6 +399,16 @@ class Kernel:
         from common.sysctl import write_sysctl
 
         write_sysctl(path, value)
+
+    def guard_localnet(self, interfaces: Iterable[str]) -> None:
+        """Drop new, non-DNAT IPv4 packets to 127.0.0.0/8 that arrive on exactly
+        `interfaces` (none: remove the guard): nftables where libnftables works (whatever
+        the backend), else the host's iptables. OSError when it cannot be made so."""
+        names = sorted(set(interfaces))
+        if self.nft.usable():
+            guard_nft(self.nft, names)
+        else:
+            guard_xtables(self.xtables, names)
 
     def flush_udp_conntrack(self, family: int, targets: Iterable[tuple[str | None, int]]) -> int:
         """Delete UDP conntrack entries of `family` (4/6) whose original destination port is a

@@ -22,6 +22,16 @@ no `.json`), and `<if>@switched` when portmap found the switch off and turned it
 attachment's file goes (DEL, GC, a repeated ADD that no longer needs it), the switch
 goes back to what `switched` recorded. Every change of the directory and the sysctls is
 made under the directory's lock, whichever backend serves the call.
+
+The guard: while an interface is in the directory, whatever is on its link (a container
+with CAP_NET_RAW, which runtimes grant by default) could send to 127.0.0.1 and reach
+the node's services bound to localhost. So every interface in the directory is also in
+the localhost guard (Kernel.guard_localnet: new, non-DNAT packets to 127.0.0.0/8 that
+arrive on it are dropped; 127.0.0.1:hostPort's own packets are DNAT'd or replies). Each
+change writes the guard whole from the directory's interfaces: it goes on before the
+switch, and an interface leaves it only after the switch is back, just before its last
+file goes, so a call killed in between leaves the file for the retried DEL or GC, and a
+guard lost to a firewall reload comes back with the next ADD.
 """
 
 from __future__ import annotations
@@ -48,6 +58,9 @@ CONTAINER_LINKS = ("bridge", "veth")
 SWITCHED = "switched"  # <if>@switched: portmap turned it on (no tag is spelled so)
 LOCK = "lock"
 _TAG = frozenset("0123456789abcdef-")
+# the names the guard can spell in nft and iptables alike (no quote, no iptables wildcard
+# `+`): what the bridge and veth plugins make
+_GUARDABLE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.@")
 
 
 def sysctl_path(ifname: str) -> str:
@@ -76,6 +89,8 @@ def choose(route: Route | None, host_side: set[str]) -> tuple[str | None, str]:
         article = "an" if route.link_kind[:1] in tuple("aeiou") else "a"
         kind = f"{article} {route.link_kind} device" if route.link_kind else "a plain device"
         return None, f"the host routes it via {route.oif}, {kind}, not a bridge or veth"
+    if not _GUARDABLE.issuperset(route.oif):
+        return None, f"the name of {route.oif!r} has characters the localhost guard cannot match"
     return route.oif, ""
 
 
@@ -90,7 +105,10 @@ def interface_for(plan: Plan, prev: Result | None, kernel: Kernel, log: Log) -> 
     ip = needed(plan)
     if ip is None:
         return None
-    ifname, why = choose(kernel.route_v4(ip), host_interfaces(prev))
+    route, host_side = kernel.route_v4(ip), host_interfaces(prev)
+    if route is not None and route.oif and not host_side:  # only then does the kind decide
+        route = route.replace(link_kind=kernel.link_kind(route.oif))
+    ifname, why = choose(route, host_side)
     if ifname is None:
         log.warning(f"route_localnet left alone: 127.0.0.1:hostPort will not reach {ip}: {why}")
     return ifname
@@ -140,9 +158,10 @@ class Registry:
 
     def claim(self, tag: str, ifname: str, network: str) -> None:
         """`tag`'s attachment (of `network`) needs route_localnet on `ifname` (and
-        nowhere else): on when it is not. OSError when the sysctl cannot be read or
-        written. The entry names its network in full: GC's sweep goes by it, not by the
-        tag's short network hash that two names can share."""
+        nowhere else): guarded, then on when it is not. OSError when the guard cannot be
+        made or the sysctl cannot be read or written. The entry names its network in
+        full: GC's sweep goes by it, not by the tag's short network hash that two names
+        can share."""
         from common.safepath import safe_file_name
 
         safe_file_name(ifname)  # an interface name never holds "/"; the route said it
@@ -151,6 +170,7 @@ class Registry:
                 if other != ifname and tag in tags:
                     self._drop(other, tag)  # routed elsewhere since its last ADD
             self.dir.write_json(f"{ifname}@{tag}", {"network": network})
+            self.kernel.guard_localnet(self.users())  # before the switch, and anew each time
             path = sysctl_path(ifname)
             was = self.kernel.read_sysctl(path).strip()
             if was != "1":
@@ -209,6 +229,10 @@ class Registry:
         if raw is not None:  # else it was on before portmap needed it: left on
             self._put_back(ifname, raw)
             self.dir.remove(marker)
+        try:
+            self.kernel.guard_localnet(i for i in self.users() if i != ifname)
+        except OSError as e:  # left over, it only drops what it was made to: not worth a failed DEL
+            self.log.warning(f"localhost guard of {ifname} not removed: {e}")
         self.dir.remove(f"{ifname}@{tag}")
 
     def _put_back(self, ifname: str, marker: bytes) -> None:

@@ -81,12 +81,21 @@ class Kernel(Protocol):
 
     def route_v4(self, ip: str) -> Route | None:
         """The host's route to an IPv4 container address, as the kernel resolves it (its
-        output device's name and kind); None when there is none."""
+        output device's name; not its kind); None when there is none."""
+        ...
+
+    def link_kind(self, name: str) -> str:
+        """The kind of the device `name` ("bridge", "veth", ...; "" for a plain one)."""
         ...
 
     def read_sysctl(self, path: str) -> str: ...
 
     def write_sysctl(self, path: str, value: str) -> None: ...
+
+    def guard_localnet(self, interfaces: Iterable[str]) -> None:
+        """Drop new, non-DNAT packets to 127.0.0.0/8 arriving on exactly `interfaces`
+        (none: no guard); OSError when it cannot be made so."""
+        ...
 
     def flush_udp_conntrack(self, family: int, targets: Iterable[tuple[str | None, int]]) -> int:
         """Delete the UDP conntrack entries to these (host address or any, port) targets;

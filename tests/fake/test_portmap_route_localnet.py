@@ -2,7 +2,11 @@
 the kernel port for the route to the container (FakeNetfilter.routes), switch only an
 interface that faces the container, and the last attachment that needed it puts back
 what portmap found (issue 29, finding 3). tests/kernel/test_portmap_route_localnet.py
-proves it on a real kernel with a policy-routed bridge and a neighbour's datagram."""
+proves it on a real kernel with a policy-routed bridge and a neighbour's datagram.
+
+The localhost guard goes with it (FakeNetfilter.guarded): on before the switch, off only
+after it is back, whole from the registry each time; tests/kernel/
+test_portmap_localhost_guard.py proves with a container's crafted frame what it drops."""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ import pytest
 
 from portmap.kernel import Route
 from tests.harness.fake_kernel import FakeKernel
-from tests.harness.fake_portmap import FakeNetfilter
+from tests.harness.fake_portmap import GUARD, FakeNetfilter
 
 NET = "lnnet"
 
@@ -67,6 +71,13 @@ class Host:
 
     def writes(self) -> list[str]:
         return [r for r in self.fake.sent().splitlines() if r.startswith("sysctl ")]
+
+    def changes(self) -> list[str]:
+        """The sysctl writes and guard changes sent since the last call, in order."""
+        return [r for r in self.fake.sent().splitlines() if r.startswith(("sysctl ", GUARD))]
+
+    def entries(self) -> list[str]:
+        return sorted(p.name for p in (self.state / "portmap" / "route_localnet").iterdir())
 
 
 @pytest.fixture
@@ -143,6 +154,9 @@ def test_a_repeated_add_routed_elsewhere_moves_it(host: Host) -> None:
          "the host routes it via eth0, none of the chain's (cni0, veth1)"),
         (None, (), "the host has no route to it"),
         (Route(1, "eth0"), (), "the host routes it via eth0, a plain device, not a bridge or veth"),
+        # `+` is iptables' wildcard: the guard would match other interfaces
+        (Route(1, "br+", "", "bridge"), (),
+         "the name of 'br+' has characters the localhost guard cannot match"),
     ],
 )  # fmt: skip
 def test_an_interface_that_does_not_face_the_container_is_left_alone(
@@ -173,3 +187,111 @@ def test_an_add_that_cannot_switch_it_undoes_itself(host: Host) -> None:
     assert error["msg"] == "cannot enable route_localnet on gone0"
     assert host.fake.dump() == before
     assert sorted(p.name for p in (host.state / "portmap" / "route_localnet").iterdir()) == ["lock"]
+
+
+# ---------------------------------------------------------------------------- the guard
+
+
+def test_the_guard_goes_on_before_the_switch_and_off_after_it_is_back(host: Host) -> None:
+    assert host.run("ADD", "c1", "10.88.0.5/16")[0] == 0
+    assert host.changes() == [f"{GUARD}cni0", f"sysctl {path('cni0')} = 1"]
+    assert host.run("ADD", "c2", "10.88.0.6/16")[0] == 0
+    assert host.changes() == [f"{GUARD}cni0"]  # written whole again, switch on already
+    assert host.run("DEL", "c1", "10.88.0.5/16") == (0, None)
+    assert (host.changes(), host.fake.guarded) == ([], ["cni0"])  # c2 still needs both
+    assert host.run("DEL", "c2", "10.88.0.6/16") == (0, None)
+    assert host.changes() == [f"sysctl {path('cni0')} = 0", f"{GUARD}(none)"]
+    assert (host.on(), host.fake.guarded, host.entries()) == ([], [], ["lock"])
+    assert host.run("DEL", "c2", "10.88.0.6/16") == (0, None)  # the second DEL
+    assert host.changes() == []
+
+
+def test_every_interface_portmap_switched_is_guarded_and_only_those(host: Host) -> None:
+    host.fake.routes = {"10.77.0.0/16": Route(1, "br77", "", "bridge")}
+    assert host.run("ADD", "c1", "10.88.0.5/16")[0] == 0
+    assert host.run("ADD", "c2", "10.77.0.5/16")[0] == 0
+    assert (host.on(), host.fake.guarded) == (["br77", "cni0"], ["br77", "cni0"])
+    assert host.run("DEL", "c1", "10.88.0.5/16") == (0, None)
+    assert host.changes()[-2:] == [f"sysctl {path('cni0')} = 0", f"{GUARD}br77"]
+    assert (host.on(), host.fake.guarded) == (["br77"], ["br77"])
+    # a repeated ADD routed elsewhere moves the guard with the switch
+    host.fake.routes = {}
+    assert host.run("ADD", "c2", "10.77.0.5/16")[0] == 0
+    assert (host.on(), host.fake.guarded) == (["cni0"], ["cni0"])
+
+
+def test_an_operators_route_localnet_is_guarded_while_portmap_needs_it(host: Host) -> None:
+    """On before portmap came (the operator's): portmap does not switch it, but a
+    container on the bridge could reach the node's localhost all the same."""
+    host.fake.sysctls[path("cni0")] = "1"
+    assert host.run("ADD")[0] == 0
+    assert host.changes() == [f"{GUARD}cni0"]
+    assert host.run("DEL") == (0, None)
+    assert host.changes() == [f"{GUARD}(none)"]
+    assert host.on() == ["cni0"]  # left as it was found
+
+
+def test_an_add_whose_guard_cannot_be_made_switches_nothing(host: Host) -> None:
+    host.fake.guard_error = "nft refused the localhost guard: Operation not supported"
+    before = host.fake.dump()
+    code, error = host.run("ADD")
+    assert (code, error["code"]) == (1, 100)  # KERNEL_FAILURE
+    assert error["msg"] == "cannot enable route_localnet on cni0"
+    assert error["details"] == "nft refused the localhost guard: Operation not supported"
+    assert host.fake.dump() == before  # no mapping, no switch
+    assert host.entries() == ["lock"]
+
+
+def test_a_del_whose_guard_cannot_be_removed_succeeds_and_the_next_change_repairs_it(
+    host: Host,
+) -> None:
+    """Left over, the guard drops only packets to 127/8 from that interface: not worth a
+    DEL that fails; it is written whole at the next change."""
+    assert host.run("ADD", "c1", "10.88.0.5/16")[0] == 0
+    host.fake.guard_error = "iptables-nft-restore refused the localhost guard: xtables lock"
+    assert host.run("DEL", "c1", "10.88.0.5/16") == (0, None)
+    assert (host.on(), host.fake.guarded, host.entries()) == ([], ["cni0"], ["lock"])
+    assert "localhost guard of cni0 not removed: iptables-nft-restore refused" in (
+        host.log.read_text()
+    )
+    host.fake.guard_error = ""
+    assert host.run("ADD", "c2", "10.88.0.6/16")[0] == 0
+    assert host.run("DEL", "c2", "10.88.0.6/16") == (0, None)
+    assert host.fake.guarded == []
+
+
+class Killed(BaseException):
+    """The process killed there (nothing in the plugin catches a BaseException)."""
+
+
+@pytest.mark.parametrize("retry", ["DEL", "GC"])
+def test_a_call_killed_between_the_switch_and_the_guard_is_finished_by_the_retry(
+    host: Host, monkeypatch: pytest.MonkeyPatch, retry: str
+) -> None:
+    assert host.run("ADD")[0] == 0
+    real = host.fake.guard_localnet
+
+    def killed_when_removing(interfaces: Any) -> None:
+        if not list(interfaces):
+            raise Killed
+        real(interfaces)
+
+    monkeypatch.setattr(host.fake, "guard_localnet", killed_when_removing)
+    with pytest.raises(Killed):
+        host.run("DEL")
+    # the switch is back, the guard still on: its entry stays for the retry
+    assert (host.on(), host.fake.guarded) == ([], ["cni0"])
+    entry, lock = host.entries()  # the attachment's entry (its marker went with the switch)
+    assert (entry.startswith("cni0@"), entry != "cni0@switched", lock) == (True, True, "lock")
+    monkeypatch.setattr(host.fake, "guard_localnet", real)
+    host.fake.sent()
+    assert (host.run("DEL") if retry == "DEL" else host.gc()) == (0, None)
+    assert host.changes() == [f"{GUARD}(none)"]  # the switch is not touched again
+    assert (host.on(), host.fake.guarded, host.entries()) == ([], [], ["lock"])
+
+
+def test_a_guard_lost_to_a_firewall_reload_comes_back_with_the_next_add(host: Host) -> None:
+    assert host.run("ADD", "c1", "10.88.0.5/16")[0] == 0
+    host.fake.guarded = []  # `nft flush ruleset`
+    assert host.run("ADD", "c2", "10.88.0.6/16")[0] == 0
+    assert host.fake.guarded == ["cni0"]

@@ -22,10 +22,13 @@ from tests.harness.fake_portmap_world import (
     BACKENDS,
     ENOENT,
     FLUSH,
+    GUARDED,
     IPT_SHARED,
+    LOCALNET_OFF,
     LOCALNET_ON,
     NET,
     NFT_MASQ_CHAIN,
+    PUT_BACK,
     T,
     World,
     added,
@@ -81,14 +84,15 @@ def test_second_add_replaces_the_mappings_in_one_transaction(world: World) -> No
                    f"delete element {T} masq4 {{ 10.88.0.5 }}",
                    f"delete element {T} owners {{ {owner('ctr1')} }}"]  # fmt: skip
         # no read at all: the state file said what is ours; route_localnet is on already
+        # (the guard is written anew all the same: a firewall reload may have taken it)
         replace = [*deletes, *nft_elements("ctr1", "10.88.0.5")]
-        assert world.fake.sent(reads=True) == sent("nft", replace) + FLUSH
+        assert world.fake.sent(reads=True) == sent("nft", replace) + GUARDED + FLUSH
     else:
         redo = [line.replace("-A CNI-HOSTPORT-DNAT", "-D CNI-HOSTPORT-DNAT")
                 for line in ipt_jumps("ctr1")]  # fmt: skip
         redo += [f"-F {chain('ctr1')}", *ipt_chain_rules("ctr1", "10.88.0.5")]
         redo += ipt_jumps("ctr1", saved=False)
-        assert world.fake.sent() == sent("nft ipv4", redo) + FLUSH
+        assert world.fake.sent() == sent("nft ipv4", redo) + GUARDED + FLUSH
 
 
 def test_the_record_is_an_intent_while_the_kernel_changes_and_committed_after(
@@ -179,8 +183,9 @@ def test_an_add_beside_another_attachment_sends_its_elements_only(world: World) 
     world.run("ADD")
     world.fake.sent()
     assert world.run("ADD", cid="ctr2", ip="10.88.0.6", mappings=SECOND)[0] == 0
-    # route_localnet is on already (the first one's)
-    assert world.fake.sent(reads=True) == sent("nft", second_elements("ctr2", "10.88.0.6"))
+    # route_localnet is on already (the first one's); the guard written anew
+    elements = second_elements("ctr2", "10.88.0.6")
+    assert world.fake.sent(reads=True) == sent("nft", elements) + GUARDED
 
 
 def test_an_add_whose_masq_chain_is_missing_fails_fast_then_writes_it(world: World) -> None:
@@ -195,7 +200,7 @@ def test_an_add_whose_masq_chain_is_missing_fails_fast_then_writes_it(world: Wor
     attempt = second_elements("ctr2", "10.88.0.6")
     assert world.fake.sent() == (
         sent("nft", attempt) + f"nft: -> {ENOENT} (add element {T} masq4)\n"
-        + sent("nft", [*NFT_MASQ_CHAIN, *attempt])
+        + sent("nft", [*NFT_MASQ_CHAIN, *attempt]) + GUARDED
     )  # fmt: skip
     assert world.fake.nft.table is not None
     assert world.fake.nft.table["chains"]["masq4-p16"] == [
@@ -253,17 +258,17 @@ def test_del_of_the_last_attachment_removes_everything_and_a_second_del_nothing(
     world.fake.sent()
     assert world.run("DEL") == (0, None)
     # route_localnet goes back off (portmap turned it on, and the last attachment that
-    # needed it is gone); the iptables backend's shared chains stay (as Go's do)
-    off = f"sysctl {ROUTE_LOCALNET} = 0\n"
-    left = off if world.backend == "nftables" else IPT_SHARED + off
+    # needed it is gone), then the guard goes; the iptables backend's shared chains stay
+    # (as Go's do)
+    left = LOCALNET_OFF if world.backend == "nftables" else IPT_SHARED + LOCALNET_OFF
     assert world.fake.dump() == left
     if world.backend == "nftables":
-        assert world.fake.sent() == f"nft: delete table {T}\n" + FLUSH + off
+        assert world.fake.sent() == f"nft: delete table {T}\n" + FLUSH + PUT_BACK
     else:
         undo = [line.replace("-A CNI-HOSTPORT-DNAT", "-D CNI-HOSTPORT-DNAT")
                 for line in ipt_jumps("ctr1")]  # fmt: skip
         undo += [f"-F {chain('ctr1')}", f"-X {chain('ctr1')}"]
-        assert world.fake.sent() == sent("nft ipv4", undo) + FLUSH + off
+        assert world.fake.sent() == sent("nft ipv4", undo) + FLUSH + PUT_BACK
     assert world.records() == []
     assert world.run("DEL") == (0, None)
     assert world.fake.sent() == ""

@@ -19,9 +19,11 @@ from common.identity import Attachment
 from portmap import nft
 from tests.harness.fake_portmap_world import (
     BACKENDS,
+    LOCALNET_OFF,
     LOCALNET_ON,
     MASQ,
     NET,
+    PUT_BACK,
     SETMARK,
     TO_DNAT,
     TO_MASQ,
@@ -285,13 +287,13 @@ def test_dual_stack_add_maps_each_familys_host_addresses_then_del_removes_them(
         dual.fake.sent()
     assert dual.run("CHECK", **keys) == (0, None)
     assert dual.run("DEL", **keys) == (0, None)
-    off = LOCALNET_ON.replace("= 1", "= 0")  # portmap turned it on: the last DEL puts it back
+    # portmap turned route_localnet on: the last DEL puts it back, then removes the guard
     if dual.backend == "nftables":
-        assert dual.fake.sent() == f"nft: delete table {T}\n" + FLUSH_BOTH + off
-        assert dual.fake.dump() == off
+        assert dual.fake.sent() == f"nft: delete table {T}\n" + FLUSH_BOTH + PUT_BACK
+        assert dual.fake.dump() == LOCALNET_OFF
     else:
-        assert dual.fake.sent() == ipt_undo(dump, "ctr1") + FLUSH_BOTH + off
-        assert dual.fake.dump() == IPT_SHARED_BOTH + off
+        assert dual.fake.sent() == ipt_undo(dump, "ctr1") + FLUSH_BOTH + PUT_BACK
+        assert dual.fake.dump() == IPT_SHARED_BOTH + LOCALNET_OFF
 
 
 def test_iptables_appends_go_jumps_with_the_conditions_after_the_ports(ipt: Dual) -> None:
@@ -471,11 +473,11 @@ def test_gc_with_no_valid_attachment_left_undoes_the_last_one_as_del_does(dual: 
     gc = {"cniVersion": "1.1.0", "name": NET, "type": "portmap", "backend": dual.backend,
           "cni.dev/valid-attachments": []}  # fmt: skip
     assert dual.kernel.run("portmap", "GC", gc, netns="", kernel=dual.fake) == (0, None)
-    off = LOCALNET_ON.replace("= 1", "= 0")  # route_localnet too
+    # route_localnet and its guard too
     if dual.backend == "nftables":
-        assert dual.fake.sent() == f"nft: delete table {T}\n" + FLUSH_BOTH + off
-        assert dual.fake.dump() == off
+        assert dual.fake.sent() == f"nft: delete table {T}\n" + FLUSH_BOTH + PUT_BACK
+        assert dual.fake.dump() == LOCALNET_OFF
     else:
         dump = ipt_dual_dump("ctr1", False)
-        assert dual.fake.sent() == ipt_undo(dump, "ctr1") + FLUSH_BOTH + off
-        assert dual.fake.dump() == IPT_SHARED_BOTH + off
+        assert dual.fake.sent() == ipt_undo(dump, "ctr1") + FLUSH_BOTH + PUT_BACK
+        assert dual.fake.dump() == IPT_SHARED_BOTH + LOCALNET_OFF

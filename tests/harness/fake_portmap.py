@@ -20,8 +20,9 @@ the verbs as `FakeKernel.run(..., kernel=)`:
   (matches in its order), and applies `iptables-restore --noflush` transactions (-N -A
   -I -D -F -X, all or nothing).
 * host extras: route_localnet's sysctls, every container address routed through `cni0`
-  (unless `routes` says otherwise),
-  and the UDP conntrack flush (recorded, deletes nothing).
+  (unless `routes` says otherwise), the localhost guard (`guarded`: the interfaces it
+  holds; `guard_error` makes the next changes fail) and the UDP conntrack flush
+  (recorded, deletes nothing).
 
 Tests compare exact text: `dump()` of the model and `sent()`, the changes requested
 since the last call, in order (nft's reads too with `sent(reads=True)`). The root tests
@@ -41,6 +42,9 @@ from portmap.kernel import Route
 
 TABLE = "cni_meta_portmap"
 ROUTE_LOCALNET = "/proc/sys/net/ipv4/conf/cni0/route_localnet"
+# the localhost guard's line in dump() and sent(): route_localnet's companion (tests that
+# set route_localnet's lines aside set it aside too)
+GUARD = "route_localnet guard: "
 
 
 def _nothing() -> None:
@@ -435,6 +439,8 @@ class FakeNetfilter:
         self.nft = FakeNft(self.requests, self.xtables)
         self.sysctls = {ROUTE_LOCALNET: "0"}
         self.routes: dict[str, Route | None] = {}  # prefix -> the route to it
+        self.guarded: list[str] = []  # the interfaces the localhost guard holds
+        self.guard_error = ""  # set: the guard cannot be changed (this is why)
 
     def route_v4(self, ip: str) -> Route | None:
         """`routes`: the longest prefix holding `ip` (a kernel's answer, policy included);
@@ -449,7 +455,13 @@ class FakeNetfilter:
             key=lambda n: n.prefixlen,
             default=None,
         )
-        return self.routes[str(best)] if best is not None else Route(1, "cni0", "", "bridge")
+        route = self.routes[str(best)] if best is not None else Route(1, "cni0", "", "bridge")
+        return route.replace(link_kind="") if route is not None else None  # link_kind's
+
+    def link_kind(self, name: str) -> str:
+        """The kind `routes` gives the device (cni0: a bridge)."""
+        kinds = {r.oif: r.link_kind for r in self.routes.values() if r is not None}
+        return kinds.get(name, "bridge" if name == "cni0" else "")
 
     def read_sysctl(self, path: str) -> str:
         if path not in self.sysctls:
@@ -461,6 +473,15 @@ class FakeNetfilter:
         self.requests.append(f"sysctl {path} = {value}")
         self.sysctls[path] = value
 
+    def guard_localnet(self, interfaces: Iterable[str]) -> None:
+        names = sorted(set(interfaces))
+        line = f"{GUARD}{' '.join(names) or '(none)'}"
+        if self.guard_error:
+            self.requests.append(f"{line} -> {self.guard_error}")
+            raise OSError(self.guard_error)
+        self.requests.append(line)
+        self.guarded = names
+
     def flush_udp_conntrack(self, family: int, targets: Iterable[tuple[str | None, int]]) -> int:
         ports = ", ".join(f"{ip or '*'}:{port}" for ip, port in targets)
         self.requests.append(f"conntrack: flush IPv{family} UDP to {ports}")
@@ -468,7 +489,8 @@ class FakeNetfilter:
 
     def dump(self) -> str:
         sysctls = [f"sysctl {k} = {v}\n" for k, v in sorted(self.sysctls.items())]
-        return self.nft.dump() + self.xtables.dump() + "".join(sysctls)
+        guard = f"{GUARD}{' '.join(self.guarded)}\n" if self.guarded else ""
+        return self.nft.dump() + self.xtables.dump() + guard + "".join(sysctls)
 
     def sent(self, reads: bool = False) -> str:
         """The changes requested since the last call, one a line (and nft's reads)."""

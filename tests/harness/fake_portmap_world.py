@@ -15,12 +15,16 @@ from portmap import nft
 from portmap.config import owner_comment
 from portmap.xtables import chain_name
 from tests.harness.fake_kernel import FakeKernel
-from tests.harness.fake_portmap import ROUTE_LOCALNET, FakeNetfilter
+from tests.harness.fake_portmap import GUARD, ROUTE_LOCALNET, FakeNetfilter
 
 NET = "pmnet"
 BACKENDS = ("nftables", "iptables")
 T = "inet cni_meta_portmap"
-LOCALNET_ON = f"sysctl {ROUTE_LOCALNET} = 1\n"
+GUARDED = f"{GUARD}cni0\n"  # the localhost guard, on before route_localnet and after
+LOCALNET_ON = GUARDED + f"sysctl {ROUTE_LOCALNET} = 1\n"
+LOCALNET_OFF = f"sysctl {ROUTE_LOCALNET} = 0\n"
+# route_localnet back, then the guard removed: what the last attachment's DEL sends
+PUT_BACK = LOCALNET_OFF + f"{GUARD}(none)\n"
 MAPPINGS = [{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"},
             {"hostPort": 5353, "containerPort": 53, "protocol": "udp"}]  # fmt: skip
 

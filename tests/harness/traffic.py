@@ -7,7 +7,9 @@ any namespace, no helper processes to clean up.
 
 from __future__ import annotations
 
+import json
 import socket
+import struct
 import threading
 import time
 from collections.abc import Iterator
@@ -135,6 +137,44 @@ def reaches(
         return request(ns, dst, port, proto, payload, src=src, timeout=timeout)
     except OSError:
         return None
+
+
+def _checksum(header: bytes) -> int:
+    total: int = sum(struct.unpack(f"!{len(header) // 2}H", header))
+    while total > 0xFFFF:
+        total = (total & 0xFFFF) + (total >> 16)
+    return ~total & 0xFFFF
+
+
+def localhost_datagram_arrives(
+    host: Netns, sender: Netns, via: str, to: str, src: str, port: int = 7777
+) -> bool:
+    """Whether a UDP datagram to 127.0.0.1:`port` reaches a socket the host bound there
+    when `sender` crafts it (a packet socket on its `via`, as a neighbour or a container
+    with CAP_NET_RAW can; its own stack would keep 127.0.0.1 on its loopback) with source
+    `src` and puts it on the link to the host's interface `to`, addressed to its MAC."""
+    with host.entered():
+        server = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    with sender.entered():
+        raw = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+    host_mac = bytes.fromhex(
+        json.loads(host.ip("-j", "link", "show", to))[0]["address"].replace(":", "")
+    )
+    with server, raw:
+        server.bind(("127.0.0.1", port))
+        server.settimeout(1.0)
+        raw.bind((via, 0))
+        own_mac = raw.getsockname()[4]
+        payload = b"to-the-node-localhost"
+        udp = struct.pack("!HHHH", 40000, port, 8 + len(payload), 0) + payload
+        ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(udp), 1, 0x4000, 64, 17, 0,
+                         socket.inet_aton(src), socket.inet_aton("127.0.0.1"))  # fmt: skip
+        ip = ip[:10] + struct.pack("!H", _checksum(ip)) + ip[12:]
+        raw.send(host_mac + own_mac + b"\x08\x00" + ip + udp)
+        try:
+            return bool(server.recvfrom(100)[0] == payload)
+        except TimeoutError:
+            return False
 
 
 @dataclass

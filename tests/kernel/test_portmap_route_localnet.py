@@ -11,8 +11,6 @@ localhost exactly when the uplink's route_localnet is on.
 from __future__ import annotations
 
 import json
-import socket
-import struct
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +20,7 @@ from tests.harness.lab import Lab
 from tests.harness.netns import Netns
 from tests.harness.plugins import our, run_plugin
 from tests.harness.portmap_world import EXT4, HOST4, World, add_ext
-from tests.harness.traffic import echo_server, reaches
+from tests.harness.traffic import echo_server, localhost_datagram_arrives, reaches
 
 pytestmark = pytest.mark.root
 
@@ -62,38 +60,10 @@ def localnet(ns: Netns, ifname: str) -> str:
     return ns.sysctl(f"net.ipv4.conf.{ifname}.route_localnet")
 
 
-def _checksum(header: bytes) -> int:
-    total: int = sum(struct.unpack(f"!{len(header) // 2}H", header))
-    while total > 0xFFFF:
-        total = (total & 0xFFFF) + (total >> 16)
-    return ~total & 0xFFFF
-
-
 def neighbour_reaches_localhost(lab: Lab, ext: Netns, port: int = 7777) -> bool:
     """Whether a datagram `ext` puts on the link to the host with destination
     127.0.0.1:port reaches a host socket bound to 127.0.0.1:port."""
-    with lab.host.entered():
-        server = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    with ext.entered():
-        raw = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
-    host_mac = bytes.fromhex(
-        json.loads(lab.host.ip("-j", "link", "show", UPLINK))[0]["address"].replace(":", "")
-    )
-    with server, raw:
-        server.bind(("127.0.0.1", port))
-        server.settimeout(1.0)
-        raw.bind(("eth0", 0))
-        own_mac = raw.getsockname()[4]
-        payload = b"from-the-lan"
-        udp = struct.pack("!HHHH", 40000, port, 8 + len(payload), 0) + payload
-        ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(udp), 1, 0x4000, 64, 17, 0,
-                         socket.inet_aton(EXT4), socket.inet_aton("127.0.0.1"))  # fmt: skip
-        ip = ip[:10] + struct.pack("!H", _checksum(ip)) + ip[12:]
-        raw.send(host_mac + own_mac + b"\x08\x00" + ip + udp)
-        try:
-            return server.recvfrom(100)[0] == payload
-        except TimeoutError:
-            return False
+    return localhost_datagram_arrives(lab.host, ext, "eth0", UPLINK, EXT4, port)
 
 
 def test_policy_routed_bridge_gets_route_localnet_and_the_uplink_does_not(lab: Lab) -> None:

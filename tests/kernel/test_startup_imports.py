@@ -85,7 +85,8 @@ NOT_FOR = {
     "bandwidth-pass-through": (NETLINK,),
     "tuning-pass-through": (NETLINK, "ctypes"),
     "portmap-nftables": ("portmap.xtables", NETLINK),
-    "portmap-iptables": ("common.libnftables", "ctypes", NETLINK),
+    # the iptables backend loads libnftables too, for the localhost guard (portmap.localnet)
+    "portmap-iptables": (NETLINK,),
     # An IPAM plugin's work is files: no netlink, no ctypes, no ipaddress (flatnet_ipam.addr).
     "flatnet-ipam": (NETLINK, "ipaddress", "ctypes"),
     # pyroute2's tcmsg package would import every qdisc and classifier it knows.

@@ -1,10 +1,11 @@
-"""Which interface may get route_localnet (portmap.localnet.choose), pure."""
+"""Which interface may get route_localnet (portmap.localnet.choose), and the localhost
+guard's text (portmap.kernel), pure."""
 
 from __future__ import annotations
 
 import pytest
 
-from portmap.kernel import Route
+from portmap.kernel import Route, guard_iptables_lines, guard_nft_text
 from portmap.localnet import choose
 
 UNICAST, LOCAL = 1, 2
@@ -37,3 +38,53 @@ def test_only_an_on_link_interface_of_the_chain_gets_it(
     route: Route | None, host_side: set[str], expected: tuple[str | None, str]
 ) -> None:
     assert choose(route, host_side) == expected
+
+
+def test_the_nft_guard_is_one_table_made_anew_with_the_interfaces_in_a_set() -> None:
+    t = "ip cni_meta_localnet"
+    assert guard_nft_text(["br77", "cni0"]).splitlines() == [
+        f"add table {t}",
+        f"delete table {t}",
+        f'add table {t} {{ comment "cni-meta-plugins portmap: containers do not reach the node '
+        'localhost; managed, do not edit"; }',
+        f'add set {t} interfaces {{ type ifname; elements = {{ "br77", "cni0" }}; }}',
+        f"add chain {t} input {{ type filter hook input priority filter; policy accept; }}",
+        f"add chain {t} guard",
+        f"add rule {t} input ip daddr 127.0.0.0/8 iifname @interfaces jump guard",
+        f"add rule {t} guard ct state established,related return",
+        f"add rule {t} guard ct status dnat return",
+        f"add rule {t} guard drop",
+    ]
+    # none: the table goes, whether it was there or not
+    assert guard_nft_text([]) == f"add table {t}\ndelete table {t}\n"
+
+
+JUMP = ('-d 127.0.0.0/8 -m comment --comment "cni-meta-plugins portmap: containers do not '
+        'reach the node localhost" -j CNI-META-LOCALNET')  # fmt: skip
+DROP = "-m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP"
+
+
+@pytest.mark.parametrize(
+    ("interfaces", "jump", "chain", "expected"),
+    [
+        (["br77", "cni0"], False, False,
+         [":CNI-META-LOCALNET - [0:0]", f"-A CNI-META-LOCALNET -i br77 {DROP}",
+          f"-A CNI-META-LOCALNET -i cni0 {DROP}", f"-I INPUT 1 {JUMP}"]),
+        # the chain declared again is flushed: its rules written whole, the jump kept
+        (["cni0"], True, True,
+         [":CNI-META-LOCALNET - [0:0]", f"-A CNI-META-LOCALNET -i cni0 {DROP}"]),
+        ([], True, True, [f"-D INPUT {JUMP}", "-F CNI-META-LOCALNET", "-X CNI-META-LOCALNET"]),
+        ([], False, True, ["-F CNI-META-LOCALNET", "-X CNI-META-LOCALNET"]),
+        ([], False, False, []),
+    ],
+)  # fmt: skip
+def test_the_iptables_guard_is_a_chain_of_ours_jumped_to_first_from_input(
+    interfaces: list[str], jump: bool, chain: bool, expected: list[str]
+) -> None:
+    assert guard_iptables_lines(interfaces, jump, chain) == expected
+
+
+def test_the_guard_forces_the_iptables_variant_by_the_backends_variable() -> None:
+    from portmap import kernel, xtables
+
+    assert kernel.IPTABLES_VARIANT_ENV == xtables.VARIANT_ENV
