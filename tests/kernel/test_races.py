@@ -62,7 +62,7 @@ def proc_state(pid: int) -> str:
 
 def blocked_on_flock(pid: int) -> bool:
     """Whether `pid` waits for a lock: an flock, or a record lock (bandwidth's lock per
-    attachment, common.state). A `->` line of /proc/locks names the waiters."""
+    attachment, common.lock). A `->` line of /proc/locks names the waiters."""
     with open("/proc/locks") as f:
         for line in f:
             parts = line.split()
