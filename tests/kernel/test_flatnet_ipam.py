@@ -15,20 +15,19 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from typing import Any
 
 import pytest
 
 from tests.harness.lab import Lab
 from tests.harness.plugins import REPO, PluginRun, go, our, run_plugin
+from tests.harness.waiting import HANG_GUARD, blocked_on_flock, proc_state, wait_until
 
 pytestmark = pytest.mark.root
 
 OURS = our("flatnet-ipam")
 HOST_LOCAL = go("host-local")
 NETWORK = "ipamnet"
-HANG_GUARD = 60.0
 VALID = "cni.dev/valid-attachments"
 
 
@@ -365,30 +364,6 @@ def test_gc_spares_an_add_in_flight(store: Store) -> None:
     store.ok("CHECK", "inflight")
     store.gc()  # the next GC, whose list would name it if it were alive
     store.assert_empty()
-
-
-def wait_until(condition: Any, what: str) -> None:
-    deadline = time.monotonic() + HANG_GUARD
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"still waiting for {what} after {HANG_GUARD:g}s")
-        time.sleep(0.005)
-
-
-def proc_state(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rpartition(")")[2].split()[0]
-    except FileNotFoundError:
-        return "gone"
-
-
-def blocked_on_flock(pid: int) -> bool:
-    with open("/proc/locks") as f:
-        return any(
-            len(p) > 5 and p[1] == "->" and p[2] == "FLOCK" and p[5] == str(pid)
-            for p in (line.split() for line in f)
-        )
 
 
 # ---------------------------------------------------------------------------- STATUS

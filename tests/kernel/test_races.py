@@ -22,8 +22,7 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -35,45 +34,12 @@ from tests.harness.fleet import GATEWAY, Member, fleet
 from tests.harness.lab import Lab
 from tests.harness.plugins import REPO, PluginRun
 from tests.harness.traffic import echo_server, reaches
+from tests.harness.waiting import blocked_on_flock, proc_state, wait_until
 
 pytestmark = pytest.mark.root
 
-HANG_GUARD = 60.0  # seconds; a wait that takes this long is a hang, not a slow machine
-
 
 # ---------------------------------------------------------------------------- stopping a call
-
-
-def wait_until(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + HANG_GUARD
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"still waiting for {what} after {HANG_GUARD:g}s")
-        time.sleep(0.005)
-
-
-def proc_state(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rpartition(")")[2].split()[0]
-    except FileNotFoundError:
-        return "gone"
-
-
-def blocked_on_flock(pid: int) -> bool:
-    """Whether `pid` waits for a lock: an flock, or a record lock (bandwidth's lock per
-    attachment, common.lock). A `->` line of /proc/locks names the waiters."""
-    with open("/proc/locks") as f:
-        for line in f:
-            parts = line.split()
-            if (
-                len(parts) > 5
-                and parts[1] == "->"
-                and parts[2] in ("FLOCK", "POSIX")
-                and parts[5] == str(pid)
-            ):
-                return True
-    return False
 
 
 class Call:
