@@ -165,10 +165,11 @@ def _string_end(text: str, start: int) -> int:
 class Source:
     """The files of one repository: this work tree, or a checkout's or bare clone's HEAD."""
 
-    def __init__(self, path: Path, work_tree: bool = False) -> None:
+    def __init__(self, path: Path, work_tree: bool = False, of: Sequence[str] = ()) -> None:
+        """`of`: the directories whose last commit is the one to name (all: HEAD)."""
         self.path = path
         self.work_tree = work_tree
-        self.commit = self._git("rev-parse", "HEAD").strip()
+        self.commit = self._git("log", "-1", "--format=%H", "HEAD", "--", *of).strip()
         self._names = self._git("ls-tree", "-r", "--name-only", "-z", "HEAD").split("\0")
 
     def _git(self, *args: str) -> str:
@@ -275,7 +276,7 @@ def tables(ours: Source, others: dict[str, Source | None]) -> str:
 
     head = ["ours", "files", "lines", "code", "Go plugins, knftables", "files", "lines", "code"]
     dirty = " and uncommitted changes" if ours.dirty([room for room, _ in PAIRS]) else ""
-    sources = [f"ours at {ours.commit[:12]}{dirty}"]
+    sources = [f"ours as of {ours.commit[:12]}{dirty}"]
     sources += [f"{name} at {src.describe()}" for name, src in others.items() if src]
     return "\n".join(
         [
@@ -309,7 +310,10 @@ def main() -> None:
         "go-plugins": Source(args.go_plugins) if args.go_plugins else None,
         "knftables": Source(args.knftables) if args.knftables else None,
     }
-    text = tables(Source(REPO, work_tree=True), others)
+    # Ours: the work tree, named by the last commit that changed a room, so that a rerun
+    # after a change elsewhere (this doc's) prints the same tables.
+    ours = Source(REPO, work_tree=True, of=[room for room, _ in PAIRS])
+    text = tables(ours, others)
     print(text)
     if args.update:
         update(args.update, text)
