@@ -571,12 +571,8 @@ class NftBackend:
                 continue
             if e.is_claim:
                 addr, proto, port = e.key.split(" . ")
-                raise CniError(
-                    CONFLICT,
-                    f"host port {host_ports(addr, int(port), 1, proto)} is already mapped by "
-                    f"attachment {state.owner_name(self.sd, comment)}",
-                    "remove that mapping first (or use another host port); nothing was changed",
-                )
+                where = host_ports(addr, int(port), 1, proto)
+                raise state.port_taken(where, state.owner_name(self.sd, comment))
             if e.data and data != e.data:
                 raise CniError(
                     CONFLICT,
@@ -709,10 +705,12 @@ class NftBackend:
 
     def gc(self, network: str, valid: set[Attachment], before: Stamps) -> UdpTargets:
         prefix = network_tag(network) + "-"
-        forgotten: set[str] = set()  # the tags of the stale records the engine forgets
+        # The tags of the stale records the engine forgets: of this network (the sweep
+        # picks records by their network), whose elements then go too.
+        forgotten: set[str] = set()
         with self.engine.collecting(
-            network, valid, state.forgetting(forgotten), owns=self.owns, unusable=prefix,
-            before=before,
+            network, valid, lambda record: forgotten.add(record.attachment.tag),
+            owns=self.owns, unusable=state.unusable_prefix(self.sd, network), before=before,
         ) as alive:  # fmt: skip
             keep = {a.tag for a in alive}
             stale: dict[str, bool] = {}  # tag -> whether its elements go

@@ -17,7 +17,6 @@ from common.errors import (
     CniError,
     invalid_config,
 )
-from common.identity import network_tag
 from common.lock import LOCK_TIMEOUT_ENV, lock_timeout
 from common.log import Log
 from common.values import Value
@@ -497,12 +496,7 @@ def placement(table: NatTable, fp: FamilyPlan, chain: str, sd: Store) -> int | N
                 if not _overlaps(rule, fw):
                     continue
                 if rule.host_ip == fw.host_ip:
-                    where = fw.describe(fp.family)
-                    raise CniError(
-                        CONFLICT,
-                        f"host port {where} is already mapped by attachment {_owner(sd, j)}",
-                        "remove that mapping first (or use another host port); nothing was changed",
-                    )
+                    raise state.port_taken(fw.describe(fp.family), _owner(sd, j))
                 if fw.host_ip is None:
                     above = (position, j)
                 elif rule.host_ip is None and below is None:
@@ -736,9 +730,9 @@ class XtablesBackend:
         format (ours and the Go portmap's alike) whose container is neither valid nor in
         an ADD in flight; then their chains, unless another rule still jumps there."""
         targets: UdpTargets = []
-        prefix = network_tag(network) + "-"
+        unusable = state.unusable_prefix(self.sd, network)
         with self.engine.collecting(
-            network, valid, owns=self.owns, unusable=prefix, before=before
+            network, valid, owns=self.owns, unusable=unusable, before=before
         ) as alive:
             keep = {go_chain_name(network, a.container_id) for a in alive}
             keep |= {second_chain_name(a) for a in alive}
