@@ -83,13 +83,10 @@ def parse_go_comment(comment: str) -> tuple[str, str] | None:
 # ---------------------------------------------------------------------------- the tools
 
 
-class Tools:
+class Tools(Value):
     """The iptables tools of this host, reached through the backend's kernel port."""
 
-    __slots__ = ("port",)
-
-    def __init__(self, port: XtablesKernel) -> None:
-        self.port = port
+    port: XtablesKernel
 
     def tool(self, variant: str, family: int, kind: str) -> str:
         """Path of e.g. ip6tables-nft-save; error 50 when it is not installed."""
@@ -356,9 +353,8 @@ def chain_order(forwards: tuple[Forward, ...]) -> list[Forward]:
         shadows = [
             i
             for i, o in enumerate(out)
-            if fw.host_ip and o.host_ip is None and o.protocol == fw.protocol
-            and o.host_port <= last and fw.host_port <= o.host_port + o.count - 1
-        ]  # fmt: skip
+            if fw.host_ip and o.host_ip is None and o.overlaps(fw.protocol, fw.host_port, last)
+        ]
         out.insert(shadows[0] if shadows else len(out), fw)
     return out
 
@@ -456,14 +452,6 @@ def _owner(sd: Store, j: Jump) -> str:
     return recorded_owner(sd, go[0], go[1], j.target) or f"{go[0]}/{go[1]}"
 
 
-def _overlaps(rule: Jump, fw: Forward) -> bool:
-    """Whether the DNAT `rule` maps a host port of `fw` (same protocol)."""
-    if rule.target != "DNAT" or rule.dports is None or rule.protocol != fw.protocol:
-        return False
-    first, last = rule.dports
-    return first <= fw.host_port + fw.count - 1 and fw.host_port <= last
-
-
 def placement(table: NatTable, fp: FamilyPlan, chain: str, sd: Store) -> int | None:
     """Where in CNI-HOSTPORT-DNAT the jumps of this attachment go: a 1-based position to
     insert them at, or None to append them (as Go does). Error 101 when a host port of the
@@ -492,8 +480,10 @@ def placement(table: NatTable, fp: FamilyPlan, chain: str, sd: Store) -> int | N
         for rule in rules[j.target]:
             if j.protocol and rule.protocol != j.protocol:
                 continue  # this jump never sends that rule's packets there
+            if rule.target != "DNAT" or rule.dports is None:
+                continue
             for fw in fp.forwards:
-                if not _overlaps(rule, fw):
+                if not fw.overlaps(rule.protocol, *rule.dports):
                     continue
                 if rule.host_ip == fw.host_ip:
                     raise state.port_taken(fw.describe(fp.family), _owner(sd, j))
@@ -680,8 +670,7 @@ class XtablesBackend:
                 targets += self.tools.delete_chains(variant, family, tuple(dict.fromkeys(here)))
             return targets
 
-        result: UdpTargets = self.engine.delete(att, teardown)
-        return result
+        return self.engine.delete(att, teardown)
 
     def check(self, plan: Plan) -> list[str]:
         att = plan.attachment
