@@ -101,11 +101,9 @@ class Tools(Value):
         return path
 
     def save(self, variant: str, family: int) -> str:
-        """`iptables-save -t nat` of that variant; "" when it has no nat table.
-
-        The legacy tool creates the table it is asked for, so it is only asked when the
-        kernel lists one.
-        """
+        """`iptables-save -t nat` of that variant; "" when it has no nat table (the legacy
+        tool creates the table it is asked for, so it is only asked when the kernel lists
+        one)."""
         if variant == "legacy" and not self.port.legacy_nat_exists(family):
             return ""
         code, text = self.port.run([self.tool(variant, family, "save"), "-t", "nat"])
@@ -116,11 +114,9 @@ class Tools(Value):
         return text
 
     def listing(self, variant: str, family: int, chains: tuple[str, ...]) -> str:
-        """`iptables -t nat -S CHAIN` of each chain (those that exist), for NatTable.
-
-        DEL and CHECK look at two chains only: iptables-nft translates just those, where
-        iptables-nft-save translates the whole table.
-        """
+        """`iptables -t nat -S CHAIN` of each chain (those that exist), for NatTable: DEL
+        and CHECK look at two chains only, which iptables-nft translates alone, where
+        iptables-nft-save translates the whole table."""
         if variant == "legacy" and not self.port.legacy_nat_exists(family):
             return ""
         out = []
@@ -189,13 +185,11 @@ class Tools(Value):
         return udp
 
     def choose_variant(self, log: Log) -> tuple[str, str]:
-        """(variant, its IPv4 nat table as saved) for this call.
-
-        The one whose nat table holds more rules, as kube-proxy's iptables-wrapper decides
-        (there the nat table holds most of kube-proxy's rules too); a tie, an empty host
-        included, goes to the host's `iptables`. The table read for counting is the one
-        the call then works on, so the choice costs one extra read at most.
-        """
+        """(variant, its IPv4 nat table as saved) for this call: the one whose nat table
+        holds more rules, as kube-proxy's iptables-wrapper decides (there the nat table
+        holds most of kube-proxy's rules too); a tie, an empty host included, goes to the
+        host's `iptables`. The table read for counting is the one the call then works
+        on, so the choice costs one extra read at most."""
         forced = os.environ.get(VARIANT_ENV, "")
         if forced in VARIANTS:
             return forced, self.save(forced, 4)
