@@ -571,12 +571,8 @@ class NftBackend:
                 continue
             if e.is_claim:
                 addr, proto, port = e.key.split(" . ")
-                raise CniError(
-                    CONFLICT,
-                    f"host port {host_ports(addr, int(port), 1, proto)} is already mapped by "
-                    f"attachment {state.owner_name(self.sd, comment)}",
-                    "remove that mapping first (or use another host port); nothing was changed",
-                )
+                where = host_ports(addr, int(port), 1, proto)
+                raise state.port_taken(where, state.owner_name(self.sd, comment))
             if e.data and data != e.data:
                 raise CniError(
                     CONFLICT,
@@ -601,8 +597,7 @@ class NftBackend:
             # vanished before this DEL saw it: its flows must not outlive it.
             return udp_targets(sorted(set(mine) | set(committed or ())))
 
-        result: UdpTargets = self.engine.delete(att, teardown)
-        return result
+        return self.engine.delete(att, teardown)
 
     def _fast_delete(self, nft: Nft, att: Attachment, committed: list[Element]) -> bool:
         """Delete without reading (whether it did, see _fast_add): the record says exactly
@@ -709,34 +704,34 @@ class NftBackend:
 
     def gc(self, network: str, valid: set[Attachment], before: Stamps) -> UdpTargets:
         prefix = network_tag(network) + "-"
-        forgotten: set[str] = set()  # the tags of the stale records the engine forgets
+        # The tags of the stale records the engine forgets: of this network (the sweep
+        # picks records by their network), whose elements then go too.
+        forgotten: set[str] = set()
         with self.engine.collecting(
-            network, valid, state.forgetting(forgotten), owns=self.owns, unusable=prefix,
-            before=before,
+            network, valid, lambda record: forgotten.add(record.attachment.tag),
+            owns=self.owns, unusable=state.unusable_prefix(self.sd, network), before=before,
         ) as alive:  # fmt: skip
             keep = {a.tag for a in alive}
-            stale: dict[str, bool] = {}  # tag -> whether its elements go
-            unproven: set[str] = set()
+            owners: dict[str, str] = {}  # tag -> its network, as proven ("": unproven)
 
             def is_stale(comment: str) -> bool:
                 # A tag starting with the network's hash may be another network's (two
                 # names can share that hash): only one proven to be of this network goes.
                 tag = tag_of(comment)
-                if tag not in stale:
-                    stale[tag] = False
-                    if tag.startswith(prefix) and tag not in keep:
-                        owner = "" if tag in forgotten else state.owner_network(self.sd, comment)
-                        stale[tag] = tag in forgotten or owner == network
-                        if not owner and tag not in forgotten:
-                            unproven.add(tag)
-                return stale[tag]
+                if not tag.startswith(prefix) or tag in keep:
+                    return False
+                if tag not in owners:
+                    proven = tag in forgotten
+                    owners[tag] = network if proven else state.owner_network(self.sd, comment)
+                return owners[tag] == network
 
             nft = Nft(self.port)
             listing = [(e, c) for e, c in nft.listing() if c]
             doomed = sorted(e for e, c in listing if is_stale(c))
+            unproven = sorted(tag for tag, owner in owners.items() if not owner)
             if unproven:
                 self.log.warning(
-                    f"gc: left the mappings of {', '.join(sorted(unproven))}: no record and "
+                    f"gc: left the mappings of {', '.join(unproven)}: no record and "
                     "no comment says their network"
                 )
             survivors = len(listing) - len(doomed)

@@ -44,6 +44,11 @@ class Forward(Value):
     def ports(self) -> list[tuple[int, int]]:
         return [(self.host_port + i, self.container_port + i) for i in range(self.count)]
 
+    def overlaps(self, protocol: str, first: int, last: int) -> bool:
+        """Whether it maps one of the host ports `first`..`last` of `protocol`."""
+        mine = self.host_port, self.host_port + self.count - 1
+        return protocol == self.protocol and first <= mine[1] and mine[0] <= last
+
     def describe(self, family: int) -> str:
         return host_ports(
             self.host_ip or ANY_ADDRESS[family], self.host_port, self.count, self.protocol

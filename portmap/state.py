@@ -11,7 +11,8 @@ still covers whatever reached the kernel.
 from __future__ import annotations
 
 from common.env import plugin_dir
-from common.errors import CniError
+from common.errors import CONFLICT, CniError
+from common.identity import network_tag
 from common.jsonobj import listed, text
 from common.records import Key, Record
 from common.store import AttachmentStore
@@ -20,9 +21,9 @@ from portmap.config import CHAIN_PREFIX
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable
     from typing import Any
 
+    from common.identity import Attachment
     from common.log import Log
 
 PLUGIN = "portmap"
@@ -115,51 +116,64 @@ _KINDS: dict[str, type[Recorded]] = {"nftables": NftRecord, "iptables": XtablesR
 Store = AttachmentStore[Recorded]
 
 
+_HEX = frozenset("0123456789abcdef")
+
+
+def _file_owner(store: Store, tag: str) -> Attachment | None:
+    """The owner the record of `tag` names, when it is the attachment that file is named
+    after (tag: an Attachment.tag, which its kernel objects' comments start with)."""
+    net, dash, att = tag.partition("-")
+    if not (dash and len(net) == 8 and len(att) == 16 and set(net + att) <= _HEX):
+        return None  # not a tag: names no file of ours
+    entry = store.read(f"{tag}.json")
+    if entry is None or not (entry.network and entry.container_id and entry.ifname):
+        return None
+    try:
+        return entry.attachment if store.file_of(entry.attachment) == f"{tag}.json" else None
+    except CniError:  # an owner no file could be named after: not this file's
+        return None
+
+
 def owner_name(store: Store, comment: str) -> str:
     """'network/container/ifname' of the attachment whose kernel objects carry `comment`
     (portmap.config.comment: its tag, then a readable name), as well as we know it."""
     tag, _, readable = comment.partition(" ")
-    entry = store.read(f"{tag}.json")
-    if entry is not None and entry.network and entry.container_id and entry.ifname:
-        return str(entry.attachment)
-    return readable or tag
-
-
-_HEX = frozenset("0123456789abcdef")
-
-
-def _is_tag(tag: str) -> bool:
-    """An Attachment.tag: 8 hex digits, '-', 16 hex digits (safe to name a file by)."""
-    net, dash, att = tag.partition("-")
-    return bool(dash) and len(net) == 8 and len(att) == 16 and set(net + att) <= _HEX
+    owner = _file_owner(store, tag)
+    return str(owner) if owner else readable or tag
 
 
 def owner_network(store: Store, comment: str) -> str:
-    """The network of the attachment whose kernel objects carry `comment`
-    (portmap.config.comment), "" when nothing proves it. Never the tag's first part alone:
-    that is a 32-bit hash of the name, which two names can share. The attachment's
-    record says it, when its owner is the one its file is named after; else the readable
-    part of the comment, which starts with the network's name and a "/" (names are plain,
-    without "/", and pass into comments unchanged) unless it was cut shorter."""
+    """The network of the attachment whose kernel objects carry `comment`, "" when nothing
+    proves it. Never the tag's first part alone: that is a 32-bit hash of the name, which
+    two names can share. Its record says it, else the readable part of the comment, which
+    starts with the network's name and a "/" (names are plain, without "/", and pass into
+    comments unchanged) unless it was cut shorter."""
     tag, _, readable = comment.partition(" ")
-    if _is_tag(tag):
-        entry = store.read(f"{tag}.json")
-        if entry is not None and entry.network and entry.container_id and entry.ifname:
-            try:
-                if store.file_of(entry.attachment) == f"{tag}.json":
-                    return str(entry.network)
-            except CniError:  # an owner no file could be named after: not this file's
-                pass
+    owner = _file_owner(store, tag)
+    if owner is not None:
+        return owner.network
     network, slash, _ = readable.partition("/")
     return network if slash else ""
 
 
-def forgetting(tags: set[str]) -> Callable[[Recorded], None]:
-    """A teardown for the engine's GC sweep: the tag of each stale record it forgets
-    goes into `tags` (of the network swept: the sweep picks its records by their
-    network), for the kernel sweep that follows."""
+def port_taken(where: str, owner: str) -> CniError:
+    """The conflict of an ADD whose host port another attachment maps already."""
+    return CniError(
+        CONFLICT,
+        f"host port {where} is already mapped by attachment {owner}",
+        "remove that mapping first (or use another host port); nothing was changed",
+    )
 
-    def teardown(record: Recorded) -> None:
-        tags.add(record.attachment.tag)
 
-    return teardown
+def unusable_prefix(store: Store, network: str) -> str | None:
+    """What the names of the files start with that GC of `network` removes when no call
+    can use them (common.store's `unusable`): the network's tag; None (none goes) while a
+    record of another network's shares that tag (32 bits of a hash: two names can), as
+    nothing then says whose such a file was. Their DEL forgets them either way."""
+    prefix = network_tag(network) + "-"
+    for name in store.names():
+        if name.startswith(prefix):
+            record = store.read(name)
+            if record is not None and record.network not in ("", network):
+                return None
+    return prefix

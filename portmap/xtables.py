@@ -17,7 +17,6 @@ from common.errors import (
     CniError,
     invalid_config,
 )
-from common.identity import network_tag
 from common.lock import LOCK_TIMEOUT_ENV, lock_timeout
 from common.log import Log
 from common.values import Value
@@ -84,13 +83,10 @@ def parse_go_comment(comment: str) -> tuple[str, str] | None:
 # ---------------------------------------------------------------------------- the tools
 
 
-class Tools:
+class Tools(Value):
     """The iptables tools of this host, reached through the backend's kernel port."""
 
-    __slots__ = ("port",)
-
-    def __init__(self, port: XtablesKernel) -> None:
-        self.port = port
+    port: XtablesKernel
 
     def tool(self, variant: str, family: int, kind: str) -> str:
         """Path of e.g. ip6tables-nft-save; error 50 when it is not installed."""
@@ -105,11 +101,9 @@ class Tools:
         return path
 
     def save(self, variant: str, family: int) -> str:
-        """`iptables-save -t nat` of that variant; "" when it has no nat table.
-
-        The legacy tool creates the table it is asked for, so it is only asked when the
-        kernel lists one.
-        """
+        """`iptables-save -t nat` of that variant; "" when it has no nat table (the legacy
+        tool creates the table it is asked for, so it is only asked when the kernel lists
+        one)."""
         if variant == "legacy" and not self.port.legacy_nat_exists(family):
             return ""
         code, text = self.port.run([self.tool(variant, family, "save"), "-t", "nat"])
@@ -120,11 +114,9 @@ class Tools:
         return text
 
     def listing(self, variant: str, family: int, chains: tuple[str, ...]) -> str:
-        """`iptables -t nat -S CHAIN` of each chain (those that exist), for NatTable.
-
-        DEL and CHECK look at two chains only: iptables-nft translates just those, where
-        iptables-nft-save translates the whole table.
-        """
+        """`iptables -t nat -S CHAIN` of each chain (those that exist), for NatTable: DEL
+        and CHECK look at two chains only, which iptables-nft translates alone, where
+        iptables-nft-save translates the whole table."""
         if variant == "legacy" and not self.port.legacy_nat_exists(family):
             return ""
         out = []
@@ -193,13 +185,11 @@ class Tools:
         return udp
 
     def choose_variant(self, log: Log) -> tuple[str, str]:
-        """(variant, its IPv4 nat table as saved) for this call.
-
-        The one whose nat table holds more rules, as kube-proxy's iptables-wrapper decides
-        (there the nat table holds most of kube-proxy's rules too); a tie, an empty host
-        included, goes to the host's `iptables`. The table read for counting is the one
-        the call then works on, so the choice costs one extra read at most.
-        """
+        """(variant, its IPv4 nat table as saved) for this call: the one whose nat table
+        holds more rules, as kube-proxy's iptables-wrapper decides (there the nat table
+        holds most of kube-proxy's rules too); a tie, an empty host included, goes to the
+        host's `iptables`. The table read for counting is the one the call then works
+        on, so the choice costs one extra read at most."""
         forced = os.environ.get(VARIANT_ENV, "")
         if forced in VARIANTS:
             return forced, self.save(forced, 4)
@@ -357,9 +347,8 @@ def chain_order(forwards: tuple[Forward, ...]) -> list[Forward]:
         shadows = [
             i
             for i, o in enumerate(out)
-            if fw.host_ip and o.host_ip is None and o.protocol == fw.protocol
-            and o.host_port <= last and fw.host_port <= o.host_port + o.count - 1
-        ]  # fmt: skip
+            if fw.host_ip and o.host_ip is None and o.overlaps(fw.protocol, fw.host_port, last)
+        ]
         out.insert(shadows[0] if shadows else len(out), fw)
     return out
 
@@ -457,14 +446,6 @@ def _owner(sd: Store, j: Jump) -> str:
     return recorded_owner(sd, go[0], go[1], j.target) or f"{go[0]}/{go[1]}"
 
 
-def _overlaps(rule: Jump, fw: Forward) -> bool:
-    """Whether the DNAT `rule` maps a host port of `fw` (same protocol)."""
-    if rule.target != "DNAT" or rule.dports is None or rule.protocol != fw.protocol:
-        return False
-    first, last = rule.dports
-    return first <= fw.host_port + fw.count - 1 and fw.host_port <= last
-
-
 def placement(table: NatTable, fp: FamilyPlan, chain: str, sd: Store) -> int | None:
     """Where in CNI-HOSTPORT-DNAT the jumps of this attachment go: a 1-based position to
     insert them at, or None to append them (as Go does). Error 101 when a host port of the
@@ -493,16 +474,13 @@ def placement(table: NatTable, fp: FamilyPlan, chain: str, sd: Store) -> int | N
         for rule in rules[j.target]:
             if j.protocol and rule.protocol != j.protocol:
                 continue  # this jump never sends that rule's packets there
+            if rule.target != "DNAT" or rule.dports is None:
+                continue
             for fw in fp.forwards:
-                if not _overlaps(rule, fw):
+                if not fw.overlaps(rule.protocol, *rule.dports):
                     continue
                 if rule.host_ip == fw.host_ip:
-                    where = fw.describe(fp.family)
-                    raise CniError(
-                        CONFLICT,
-                        f"host port {where} is already mapped by attachment {_owner(sd, j)}",
-                        "remove that mapping first (or use another host port); nothing was changed",
-                    )
+                    raise state.port_taken(fw.describe(fp.family), _owner(sd, j))
                 if fw.host_ip is None:
                     above = (position, j)
                 elif rule.host_ip is None and below is None:
@@ -686,8 +664,7 @@ class XtablesBackend:
                 targets += self.tools.delete_chains(variant, family, tuple(dict.fromkeys(here)))
             return targets
 
-        result: UdpTargets = self.engine.delete(att, teardown)
-        return result
+        return self.engine.delete(att, teardown)
 
     def check(self, plan: Plan) -> list[str]:
         att = plan.attachment
@@ -736,9 +713,9 @@ class XtablesBackend:
         format (ours and the Go portmap's alike) whose container is neither valid nor in
         an ADD in flight; then their chains, unless another rule still jumps there."""
         targets: UdpTargets = []
-        prefix = network_tag(network) + "-"
+        unusable = state.unusable_prefix(self.sd, network)
         with self.engine.collecting(
-            network, valid, owns=self.owns, unusable=prefix, before=before
+            network, valid, owns=self.owns, unusable=unusable, before=before
         ) as alive:
             keep = {go_chain_name(network, a.container_id) for a in alive}
             keep |= {second_chain_name(a) for a in alive}

@@ -109,6 +109,21 @@ def test_gc_removes_its_own_networks_mappings_that_lost_their_record(world: Worl
     assert world.fake.dump() == alone
 
 
+def test_gc_leaves_an_unusable_file_that_a_network_hashing_alike_may_own(world: World) -> None:
+    """A record of VICTIM shares ATTACKER's tag: a file nobody can use that starts with
+    that tag may be either network's, so ATTACKER's GC leaves it; VICTIM's, with no
+    other network's record sharing the tag, removes it."""
+    world.add(VICTIM, "victim", "10.88.0.5", 8080)
+    damaged = world.record(VICTIM, "lost")
+    damaged.write_text("{not json")
+
+    world.gc(ATTACKER)
+
+    assert damaged.exists() and world.record(VICTIM, "victim").exists()
+    world.gc(VICTIM, "victim")
+    assert not damaged.exists() and world.record(VICTIM, "victim").exists()
+
+
 # ---------------------------------------------------------------------------- DEL, finding 4
 
 
