@@ -1,7 +1,6 @@
-"""The only part of tuning that talks to the kernel, all of it through the port
-(tuning.ports.ContainerNetns; `ContainerNetns` here is the host's): what tuning reads,
-changes and restores is built on the port's few calls, so it runs on the tests' fake
-as on the host."""
+"""The only part of tuning that talks to the kernel, all of it through its port
+(tuning.ports; `Kernel` and `ContainerNetns` here are the host's), so that what tuning
+reads, changes and restores runs on the tests' fake as on the host."""
 
 from __future__ import annotations
 
@@ -114,8 +113,7 @@ FLAGS = {"promisc": "IFF_PROMISC", "allmulti": "IFF_ALLMULTI"}
 
 
 class Kernel:
-    """tuning's kernel port on the host: the container's network namespace is all the
-    verbs ask of the kernel."""
+    """tuning.ports.Kernel on the host."""
 
     def netns(self, path: str) -> ContainerNetns:
         return ContainerNetns(path)
@@ -327,9 +325,7 @@ def restore(backup: Backup, ifname: str, ns: ports.ContainerNetns) -> tuple[list
                 refused.append(f"{what}: {e.strerror}")
             elif e.errno not in _GONE_ERRNOS:
                 failures.append(f"{what}: {e}")
-        except CniError as e:  # resolve_sysctl: not below /proc/sys/net
-            refused.append(f"{what}: {e.msg}")
-        except ValueError as e:  # a path or value no system call can carry (NUL, surrogate)
+        except (CniError, ValueError) as e:  # outside /proc/sys/net; a NUL or lone surrogate
             refused.append(f"{what}: {e}")
     if not backup.link.empty:
         try:

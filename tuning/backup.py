@@ -89,8 +89,7 @@ def originals(plan: Plan, link: LinkState | None, sysctls: Mapping[str, str | No
     read before the change; one absent or None (unreadable) has no original to save."""
     changed: dict[str, Any] = {}
     if link is not None:
-        fields = [option.field for option in LINK_OPTIONS]
-        changed = {f: getattr(link, f) for f in fields if getattr(plan.link, f) is not None}
+        changed = {f: getattr(link, f) for f, v in plan.link.fields().items() if v is not None}
     saved = tuple((w.path, v) for w in plan.sysctls if (v := sysctls.get(w.path)) is not None)
     return Backup(link=LinkSettings(**changed), sysctls=saved)
 

@@ -54,7 +54,6 @@ class LinkSettings(Value):
 
     @property
     def empty(self) -> bool:
-        """No link attribute is given."""
         return all(getattr(self, option.field) is None for option in LINK_OPTIONS)
 
 
@@ -182,17 +181,13 @@ def _mtu(obj: JsonObject) -> int | None:
 
 
 def _tx_qlen(obj: JsonObject) -> int | None:
-    value = obj.integer("txQLen")
-    if value is None:
-        return None
-    if value < 0:
+    value: int | None = obj.integer("txQLen", maximum=TXQLEN_MAX)
+    if value is not None and value < 0:
         raise invalid_config(
             f"{obj.path('txQLen')} is {value}: a transmit queue length cannot be negative",
             "use 0 or more (1000 is the usual Ethernet default)",
         )
-    if value > TXQLEN_MAX:
-        raise invalid_config(f"{obj.path('txQLen')} is {value}: at most {TXQLEN_MAX}")
-    return int(value)
+    return value
 
 
 def _mac(conf: NetConf, cni_args: Mapping[str, str]) -> str | None:
@@ -234,7 +229,7 @@ class LinkOption(Value):
     """One link attribute tuning sets: its LinkSettings field; its key, in the config and
     in the backup file (Go's spelling of both); its name in CHECK's findings; how the
     config's value is read and checked (error 7); how a backup's value is checked (a
-    ValueError drops it: see tuning.plan.Backup). How the kernel carries it is the kernel
+    ValueError drops it: see tuning.backup.Backup). How the kernel carries it is the kernel
     port's (tuning.apply); the recipe for adding one: docs/architecture.md."""
 
     field: str
@@ -264,7 +259,6 @@ def parse_data_dir(conf: NetConf, environ: Mapping[str, str]) -> str:
 
 
 def parse(conf: NetConf, invocation: Invocation, environ: Mapping[str, str]) -> TuningConf:
-    """NetConf + CNI_ARGS -> a validated TuningConf."""
     sysctls = _sysctl_map(conf.body.child("sysctl"))
     # args.cni overrides the config key by key, matching keys by the setting they name.
     sysctls.update(_sysctl_map(conf.cni_args_object.child("sysctl")))
@@ -278,15 +272,10 @@ def parse(conf: NetConf, invocation: Invocation, environ: Mapping[str, str]) -> 
 
 
 # ---------------------------------------------------------------------------- the allowlist
-# The administrator's sysctl allowlist: which keys a config (or a pod's args) may set.
-#
-# One regular expression per line, matched against the key as written (with the literal
-# `IFNAME`). Go's tuning accepts a key when the pattern matches anywhere in it, so there
-# `net\.core\.somaxconn` also allows `net.core.somaxconn_evil`; here a match must
-# cover whole parts of the key, so that a name that only begins with an allowed one is
-# refused while Go's prefix patterns keep allowing their subtree (docs/tuning.md has the
-# rules and examples). A missing file allows every key, as upstream; an unreadable one is
-# an error rather than "allow all".
+# The administrator's sysctl allowlist: one regular expression per line, matched against
+# the key as written (with the literal `IFNAME`). Unlike Go's (a match anywhere), a match
+# must cover whole parts of the key, so that `net\.core\.somaxconn` does not allow
+# `net.core.somaxconn_evil` (docs/tuning.md has the rules and examples).
 
 # Around the administrator's pattern: begin at a part boundary, end at one. A key with a
 # "/" uses only "/" as its separator (dots stay literal: net/ipv4/conf/eth0.100/rp_filter),
@@ -341,7 +330,6 @@ def load_allowlist(path: str) -> Allowlist | None:
 
 
 def refuse_unlisted(allowlist: Allowlist | None, keys: list[str]) -> None:
-    """Error 7 naming the first key the allowlist does not permit."""
     if allowlist is None:
         return
     for key in keys:

@@ -9,7 +9,7 @@ what that needs (the config and the plan), each verb the rest once it has work t
 
 from __future__ import annotations
 
-from common.errors import CHECK_FAILED, KERNEL_FAILURE, STATUS_UNAVAILABLE, CniError
+from common.errors import CHECK_FAILED, IO_FAILURE, KERNEL_FAILURE, STATUS_UNAVAILABLE, CniError
 from tuning import config
 from tuning.plan import make_plan, report
 
@@ -24,7 +24,6 @@ if TYPE_CHECKING:
 
 
 def _kernel(request: Request) -> Kernel:
-    """The kernel port the request was handed, else the real kernel's."""
     from tuning import apply
 
     kernel: Kernel = request.kernel or apply.Kernel()
@@ -167,24 +166,19 @@ def status(request: Request) -> None:
     from tuning.backup import BackupStore
 
     conf = config.parse(request.conf, request.env, request.environ)
+    existing = conf.data_dir
+    while not os.path.isdir(existing):
+        existing = os.path.dirname(existing)
     try:
         config.load_allowlist(conf.allowlist_path)
+        if not os.access(existing, os.W_OK | os.X_OK):
+            raise CniError(IO_FAILURE, f"cannot write its dataDir {conf.data_dir}")
+        if os.path.lexists(conf.data_dir):  # one ADD would refuse (symlink, owner, mode)
+            BackupStore(conf.data_dir).check()
     except CniError as e:
         raise CniError(
             STATUS_UNAVAILABLE, f"tuning cannot serve ADDs: {e.msg}", e.details
         ) from None
-    existing = conf.data_dir
-    while not os.path.isdir(existing):
-        existing = os.path.dirname(existing)
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise CniError(STATUS_UNAVAILABLE, f"tuning cannot write its dataDir {conf.data_dir}")
-    if os.path.lexists(conf.data_dir):  # one ADD would refuse (symlink, owner, mode)
-        try:
-            BackupStore(conf.data_dir).check()
-        except CniError as e:
-            raise CniError(
-                STATUS_UNAVAILABLE, f"tuning cannot serve ADDs: {e.msg}", e.details
-            ) from None
     import importlib.util
 
     if importlib.util.find_spec("pyroute2") is None:
