@@ -189,8 +189,6 @@ def change_link(
     from common import rtnl
 
     given = {f: v for f, v in want.fields().items() if v is not None}
-    if not given:
-        return
     flags = change = 0
     for f, bit in FLAGS.items():
         if f in given:
@@ -249,16 +247,15 @@ def check_ipv6_survives(
         lines = ns.if_inet6().splitlines()
     except OSError:
         return  # no IPv6 in this kernel
+    import ipaddress
+
     # Its addresses other than link-local (scope 0x20) and loopback (0x10) ones.
     addresses = [
-        fields[0]
+        ipaddress.IPv6Address(int(fields[0], 16)).compressed
         for fields in map(str.split, lines)
         if len(fields) == 6 and fields[5] == ifname and int(fields[3], 16) not in (0x10, 0x20)
     ]
     if addresses:
-        import ipaddress
-
-        addresses = [ipaddress.IPv6Address(int(a, 16)).compressed for a in addresses]
         raise invalid_config(
             f"mtu {want.mtu} is below {IPV6_MIN_MTU}, the IPv6 minimum: the kernel would "
             f"remove IPv6 from {ifname} with its address(es) {', '.join(addresses[:3])}",

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
     from typing import Any
 
-    Parser = Callable[[NetConf, Mapping[str, str]], Any]
+    Parser = Callable[[NetConf, Mapping[str, str], str], Any]  # (conf, CNI_ARGS, key)
 
 DEFAULT_DATA_DIR = "/run/cni/tuning"
 ALLOWLIST_PATH = "/etc/cni/tuning/allowlist.conf"
@@ -169,34 +169,34 @@ def _sysctl_map(obj: JsonObject | None) -> dict[tuple[str, ...], Sysctl]:
     return out
 
 
-def _mtu(obj: JsonObject) -> int | None:
-    value = obj.integer("mtu")
+def _mtu(obj: JsonObject, key: str) -> int | None:
+    value = obj.integer(key)
     if value is None or value == 0:  # Go's tuning: 0 means "not set"
         return None
     if not MTU_MIN <= value <= MTU_MAX:
         raise invalid_config(
-            f"{obj.path('mtu')} is {value}: an MTU must be between {MTU_MIN} and {MTU_MAX}"
+            f"{obj.path(key)} is {value}: an MTU must be between {MTU_MIN} and {MTU_MAX}"
         )
     return int(value)
 
 
-def _tx_qlen(obj: JsonObject) -> int | None:
-    value: int | None = obj.integer("txQLen", maximum=TXQLEN_MAX)
+def _tx_qlen(obj: JsonObject, key: str) -> int | None:
+    value: int | None = obj.integer(key, maximum=TXQLEN_MAX)
     if value is not None and value < 0:
         raise invalid_config(
-            f"{obj.path('txQLen')} is {value}: a transmit queue length cannot be negative",
+            f"{obj.path(key)} is {value}: a transmit queue length cannot be negative",
             "use 0 or more (1000 is the usual Ethernet default)",
         )
     return value
 
 
-def _mac(conf: NetConf, cni_args: Mapping[str, str]) -> str | None:
+def _mac(conf: NetConf, cni_args: Mapping[str, str], key: str) -> str | None:
     """The effective MAC: the highest-precedence source that gives a non-empty one."""
     lowest_first = (
-        ("mac", conf.body.string("mac", "")),
+        ("mac", conf.body.string(key, "")),
         ("CNI_ARGS MAC", next((v for k, v in cni_args.items() if k.upper() == "MAC"), "")),
-        ("runtimeConfig.mac", conf.runtime_config.string("mac", "")),
-        ("args.cni.mac", conf.cni_args_object.string("mac", "")),
+        ("runtimeConfig.mac", conf.runtime_config.string(key, "")),
+        ("args.cni.mac", conf.cni_args_object.string(key, "")),
     )
     for source, value in reversed(lowest_first):
         if value:
@@ -204,18 +204,14 @@ def _mac(conf: NetConf, cni_args: Mapping[str, str]) -> str | None:
     return None
 
 
-def _configured(read: Callable[[JsonObject], Any]) -> Parser:
-    """A config key, which args.cni overrides."""
+def _configured(read: Callable[[JsonObject, str], Any]) -> Parser:
+    """A config key, which args.cni overrides; `read` gets its value out of one object."""
 
-    def parse(conf: NetConf, cni_args: Mapping[str, str]) -> Any:
-        override = read(conf.cni_args_object)
-        return override if override is not None else read(conf.body)
+    def parse(conf: NetConf, cni_args: Mapping[str, str], key: str) -> Any:
+        override = read(conf.cni_args_object, key)
+        return override if override is not None else read(conf.body, key)
 
     return parse
-
-
-def _flag(key: str) -> Parser:
-    return _configured(lambda obj: obj.boolean(key))
 
 
 def _saved_mac(value: Any) -> str:
@@ -242,8 +238,8 @@ class LinkOption(Value):
 LINK_OPTIONS = (
     LinkOption("mac", "mac", "MAC", _mac, _saved_mac),
     LinkOption("mtu", "mtu", "MTU", _configured(_mtu), integer(MTU_MIN, MTU_MAX)),
-    LinkOption("promisc", "promisc", "promiscuous mode", _flag("promisc"), flag),
-    LinkOption("allmulti", "allmulti", "all-multicast mode", _flag("allmulti"), flag),
+    LinkOption("promisc", "promisc", "promiscuous mode", _configured(JsonObject.boolean), flag),
+    LinkOption("allmulti", "allmulti", "all-multicast mode", _configured(JsonObject.boolean), flag),
     LinkOption("tx_qlen", "txQLen", "txqueuelen", _configured(_tx_qlen), integer(0, TXQLEN_MAX)),
 )
 
@@ -262,7 +258,7 @@ def parse(conf: NetConf, invocation: Invocation, environ: Mapping[str, str]) -> 
     sysctls = _sysctl_map(conf.body.child("sysctl"))
     # args.cni overrides the config key by key, matching keys by the setting they name.
     sysctls.update(_sysctl_map(conf.cni_args_object.child("sysctl")))
-    link = {option.field: option.parse(conf, invocation.cni_args) for option in LINK_OPTIONS}
+    link = {o.field: o.parse(conf, invocation.cni_args, o.key) for o in LINK_OPTIONS}
     return TuningConf(
         sysctls=tuple(sysctls.values()),
         link=LinkSettings(**link),

@@ -80,7 +80,9 @@ def sysctl_differences(plan: Plan, live: Mapping[str, str | None]) -> list[str]:
     return out
 
 
-def link_differences(ifname: str, want: LinkSettings, live: LinkState) -> list[str]:
+def link_differences(ifname: str, want: LinkSettings, live: LinkState | None) -> list[str]:
+    if live is None:
+        return [f"there is no interface {ifname}"]
     out = []
     for option in LINK_OPTIONS:
         wanted, current = getattr(want, option.field), getattr(live, option.field)
@@ -100,8 +102,6 @@ def _shown(value: object) -> object:
 def report(prev: Result | None, plan: Plan) -> Result:
     """prevResult with the container interface's new MAC (and, for 1.1.0, MTU)."""
     result = prev if prev is not None else Result()
-    if plan.link.mac is None and plan.link.mtu is None:
-        return result
     named = [i for i in result.interfaces if i.name == plan.ifname]
     # The container side has a sandbox; an old plugin may not say so, then the name decides.
     targets = [i for i in named if i.sandbox] or named

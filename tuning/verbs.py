@@ -134,10 +134,7 @@ def check(request: Request) -> None:
         problems = sysctl_differences(plan, live)
         if not plan.link.empty:
             link = apply.read_link(ns, plan.ifname)
-            if link is None:
-                problems.append(f"there is no interface {plan.ifname}")
-            else:
-                problems.extend(link_differences(plan.ifname, plan.link, link))
+            problems.extend(link_differences(plan.ifname, plan.link, link))
     if problems:
         raise CniError(
             CHECK_FAILED, f"{plan.ifname} does not match the tuning config", "; ".join(problems)
