@@ -31,6 +31,14 @@ _CONFIG_ERRNOS = frozenset({errno.EINVAL, errno.ERANGE, errno.EADDRNOTAVAIL, err
 # its sysctl files vanish (ENOENT) or refuse a write already opened (ENODEV), a link
 # request names an ifindex that no longer exists (ENODEV). Nothing is left to put back.
 _GONE_ERRNOS = frozenset({errno.ENOENT, errno.ENODEV})
+IPV6_MIN_MTU = 1280  # below it the kernel removes IPv6 from a device
+
+# How rtnetlink carries each link option (tuning.config.LINK_OPTIONS): a netlink attribute
+# (pyroute2's name) with the type of its value, or a flag of the ifinfomsg (common.rtnl's
+# name). Reading and changing a link both go by these two tables.
+ATTRIBUTES = {"mac": ("IFLA_ADDRESS", str), "mtu": ("IFLA_MTU", int),
+              "tx_qlen": ("IFLA_TXQLEN", int)}  # fmt: skip
+FLAGS = {"promisc": "IFF_PROMISC", "allmulti": "IFF_ALLMULTI"}
 
 
 def resolve_sysctl(path: str, root: str = PROC_SYS) -> str:
@@ -102,14 +110,6 @@ def preload_links() -> None:
     from common.rtnl import pyroute2
 
     pyroute2()
-
-
-# How rtnetlink carries each link option (tuning.config.LINK_OPTIONS): a netlink attribute
-# (pyroute2's name) with the type of its value, or a flag of the ifinfomsg (common.rtnl's
-# name). Reading and changing a link both go by these two tables.
-ATTRIBUTES = {"mac": ("IFLA_ADDRESS", str), "mtu": ("IFLA_MTU", int),
-              "tx_qlen": ("IFLA_TXQLEN", int)}  # fmt: skip
-FLAGS = {"promisc": "IFF_PROMISC", "allmulti": "IFF_ALLMULTI"}
 
 
 class Kernel:
@@ -227,9 +227,6 @@ def check_link_fits(ifname: str, want: LinkSettings, link: LinkState) -> None:
         raise invalid_config(f"mtu {want.mtu} is above the maximum of {ifname}: {link.max_mtu}")
     if link.min_mtu and want.mtu < link.min_mtu:
         raise invalid_config(f"mtu {want.mtu} is below the minimum of {ifname}: {link.min_mtu}")
-
-
-IPV6_MIN_MTU = 1280
 
 
 def check_ipv6_survives(

@@ -21,7 +21,6 @@ if TYPE_CHECKING:
     from common.identity import Attachment
     from tuning.plan import LinkState, Plan
 
-LOCK_NAME = "tuning.lock"
 # NAME_MAX less room for a ".tmp.<pid>" suffix: the limit every backup file was named under.
 MAX_FILE_NAME = 255 - len(".tmp.4194304")
 
@@ -104,7 +103,7 @@ class BackupStore(AttachmentStore[Backup]):
 
     refusal_code = INVALID_CONFIG
     private = False
-    lock_name = LOCK_NAME
+    lock_name = "tuning.lock"
 
     def __init__(self, data_dir: str) -> None:
         super().__init__(data_dir, Backup)
