@@ -85,9 +85,8 @@ def link_differences(ifname: str, want: LinkSettings, live: LinkState | None) ->
         return [f"there is no interface {ifname}"]
     out = []
     for option in LINK_OPTIONS:
+        # a MAC compares as it is: the config's is normalised and netlink's is lower case
         wanted, current = getattr(want, option.field), getattr(live, option.field)
-        if isinstance(current, str):
-            current = current.lower()  # netlink prints a MAC in lower case; configs may not
         if wanted is not None and wanted != current:
             out.append(f"{ifname} {option.label} is {_shown(current)}, configured {_shown(wanted)}")
     return out
