@@ -42,12 +42,9 @@ FLAGS = {"promisc": "IFF_PROMISC", "allmulti": "IFF_ALLMULTI"}
 
 
 def resolve_sysctl(path: str, root: str = PROC_SYS) -> str:
-    """The file for `path` (relative to root), refused unless it really is under root/net/.
-
-    Config keys were already checked for '..' and absolute spellings; this is the last
-    line for anything that reaches a file: a backup file edited by hand, and a symlink
-    inside /proc/sys that would lead elsewhere (realpath follows it before we compare).
-    """
+    """The file for `path` (relative to root), refused unless it really is under root/net/:
+    the last line against a backup file edited by hand, and against a symlink inside
+    /proc/sys that would lead elsewhere (realpath follows it before we compare)."""
     parts = path.split("/")
     if path.startswith("/") or any(p in ("", ".", "..") for p in parts) or parts[0] != "net":
         raise invalid_config(f"refusing sysctl path {path[:120]!r}: not below {root}/net")

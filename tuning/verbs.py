@@ -97,12 +97,11 @@ def delete(request: Request) -> None:
     peek = store.load(request.attachment)  # read again under the lock; this only decides the import
     if peek is not None and not peek.link.empty:
         apply.preload_links()
-    kernel = _kernel(request)
 
     def teardown(backup: Backup | None) -> None:
         if backup is None:
             return  # unreadable garbage: nothing we could restore
-        with entered_if_present(request.netns, kernel.netns) as ns:
+        with entered_if_present(request.netns, _kernel(request).netns) as ns:
             failures, refused = ([], []) if ns is None else apply.restore(backup, ifname, ns)
         for problem in refused:
             # Never restorable, so not worth keeping the backup for (see apply.restore).
