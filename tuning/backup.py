@@ -15,7 +15,6 @@ from tuning.config import LINK_OPTIONS, LinkSettings
 
 TYPE_CHECKING = False  # avoids importing typing at runtime
 if TYPE_CHECKING:
-    from collections.abc import Mapping
     from typing import Any
 
     from common.identity import Attachment
@@ -83,7 +82,7 @@ class Backup(Record):
         )
 
 
-def originals(plan: Plan, link: LinkState | None, sysctls: Mapping[str, str | None]) -> Backup:
+def originals(plan: Plan, link: LinkState | None, sysctls: dict[str, str | None]) -> Backup:
     """The live values of exactly what `plan` is about to change. `sysctls` holds the values
     read before the change; one absent or None (unreadable) has no original to save."""
     changed: dict[str, Any] = {}

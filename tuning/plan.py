@@ -9,10 +9,6 @@ from common.result import Result
 from common.values import Value
 from tuning.config import LINK_OPTIONS, LinkSettings, TuningConf
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from collections.abc import Mapping
-
 IFNAME = "IFNAME"  # the placeholder a key uses for CNI_IFNAME
 
 
@@ -66,7 +62,7 @@ def same_sysctl_value(wanted: str, live: str) -> bool:
     return _as_printed(wanted) == _as_printed(live)
 
 
-def sysctl_differences(plan: Plan, live: Mapping[str, str | None]) -> list[str]:
+def sysctl_differences(plan: Plan, live: dict[str, str | None]) -> list[str]:
     """`live` has no entry for a sysctl that does not exist, and None for one that cannot
     be read back (write-only): that one cannot be compared, so it is not a difference."""
     out = []
