@@ -101,9 +101,8 @@ class Observed(Value):
 
 
 def preload_links() -> None:
-    """Load pyroute2's link message class now (a few tens of ms in a fresh process):
-    before the dataDir lock, not while holding it, since every other tuning ADD and DEL
-    of the node waits for that lock."""
+    """Load pyroute2's link message class (a costly import) before the dataDir lock, not
+    while holding it: every other tuning ADD and DEL of the node waits for that lock."""
     from common.rtnl import pyroute2
 
     pyroute2()
