@@ -15,10 +15,9 @@ from tuning.plan import make_plan, report
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from common.attachment import Engine
     from common.result import Result
     from common.skel import Request
-    from tuning.backup import Backup, BackupStore
+    from tuning.backup import Backup
     from tuning.plan import Plan
     from tuning.ports import Kernel
 
@@ -30,12 +29,6 @@ def _kernel(request: Request) -> Kernel:
     return kernel
 
 
-def _engine(request: Request, store: BackupStore) -> Engine[Backup]:
-    from common.attachment import Engine
-
-    return Engine(store, request.log)
-
-
 def add(request: Request) -> Result:
     conf = config.parse(request.conf, request.env, request.environ)
     if conf.sysctls:
@@ -44,6 +37,7 @@ def add(request: Request) -> Result:
     plan = make_plan(conf, request.ifname)
     if plan.empty:
         return report(request.conf.prev_result, plan)
+    from common.attachment import Engine
     from tuning import apply
     from tuning.backup import BackupStore, originals
 
@@ -51,7 +45,7 @@ def add(request: Request) -> Result:
     if not plan.link.empty:
         apply.preload_links()
     with (
-        _engine(request, store).add(request.attachment) as change,
+        Engine(store, request.log).add(request.attachment) as change,
         _kernel(request).netns(request.netns) as ns,
     ):
         before = apply.observe(plan, ns)
@@ -91,6 +85,7 @@ def delete(request: Request) -> None:
     ifname = request.ifname
     if not store.has(request.attachment):
         return
+    from common.attachment import Engine
     from common.netns import entered_if_present
     from tuning import apply
 
@@ -117,7 +112,7 @@ def delete(request: Request) -> None:
             f"restored originals of {ifname} from {store.path(store.file_of(request.attachment))}"
         )
 
-    _engine(request, store).delete(request.attachment, teardown)
+    Engine(store, request.log).delete(request.attachment, teardown)
 
 
 def check(request: Request) -> None:
@@ -144,6 +139,7 @@ def gc(request: Request) -> None:
     """Forget the backups of this network's attachments the runtime no longer knows."""
     import os
 
+    from common.attachment import Engine
     from common.gc import valid_attachments
     from tuning.backup import BackupStore
 
@@ -151,7 +147,7 @@ def gc(request: Request) -> None:
     valid = valid_attachments(request.network, request.conf.body)
     if not os.path.isdir(data_dir):
         return
-    with _engine(request, BackupStore(data_dir)).collecting(request.network, valid):
+    with Engine(BackupStore(data_dir), request.log).collecting(request.network, valid):
         pass  # a backup stands for nothing in the kernel: forgetting it is all
 
 
