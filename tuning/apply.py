@@ -1,7 +1,6 @@
-"""The only part of tuning that talks to the kernel, all of it through the port
-(tuning.ports.ContainerNetns; `ContainerNetns` here is the host's): what tuning reads,
-changes and restores is built on the port's few calls, so it runs on the tests' fake
-as on the host."""
+"""The only part of tuning that talks to the kernel, all of it through its port
+(tuning.ports; `Kernel` and `ContainerNetns` here are the host's), so that what tuning
+reads, changes and restores runs on the tests' fake as on the host."""
 
 from __future__ import annotations
 
@@ -32,15 +31,20 @@ _CONFIG_ERRNOS = frozenset({errno.EINVAL, errno.ERANGE, errno.EADDRNOTAVAIL, err
 # its sysctl files vanish (ENOENT) or refuse a write already opened (ENODEV), a link
 # request names an ifindex that no longer exists (ENODEV). Nothing is left to put back.
 _GONE_ERRNOS = frozenset({errno.ENOENT, errno.ENODEV})
+IPV6_MIN_MTU = 1280  # below it the kernel removes IPv6 from a device
+
+# How rtnetlink carries each link option (tuning.config.LINK_OPTIONS): a netlink attribute
+# (pyroute2's name) with the type of its value, or a flag of the ifinfomsg (common.rtnl's
+# name). Reading and changing a link both go by these two tables.
+ATTRIBUTES = {"mac": ("IFLA_ADDRESS", str), "mtu": ("IFLA_MTU", int),
+              "tx_qlen": ("IFLA_TXQLEN", int)}  # fmt: skip
+FLAGS = {"promisc": "IFF_PROMISC", "allmulti": "IFF_ALLMULTI"}
 
 
 def resolve_sysctl(path: str, root: str = PROC_SYS) -> str:
-    """The file for `path` (relative to root), refused unless it really is under root/net/.
-
-    Config keys were already checked for '..' and absolute spellings; this is the last
-    line for anything that reaches a file: a backup file edited by hand, and a symlink
-    inside /proc/sys that would lead elsewhere (realpath follows it before we compare).
-    """
+    """The file for `path` (relative to root), refused unless it really is under root/net/:
+    the last line against a backup file edited by hand, and against a symlink inside
+    /proc/sys that would lead elsewhere (realpath follows it before we compare)."""
     parts = path.split("/")
     if path.startswith("/") or any(p in ("", ".", "..") for p in parts) or parts[0] != "net":
         raise invalid_config(f"refusing sysctl path {path[:120]!r}: not below {root}/net")
@@ -97,25 +101,15 @@ class Observed(Value):
 
 
 def preload_links() -> None:
-    """Load pyroute2's link message class now (a few tens of ms in a fresh process):
-    before the dataDir lock, not while holding it, since every other tuning ADD and DEL
-    of the node waits for that lock."""
+    """Load pyroute2's link message class (a costly import) before the dataDir lock, not
+    while holding it: every other tuning ADD and DEL of the node waits for that lock."""
     from common.rtnl import pyroute2
 
     pyroute2()
 
 
-# How rtnetlink carries each link option (tuning.config.LINK_OPTIONS): a netlink attribute
-# (pyroute2's name) with the type of its value, or a flag of the ifinfomsg (common.rtnl's
-# name). Reading and changing a link both go by these two tables.
-ATTRIBUTES = {"mac": ("IFLA_ADDRESS", str), "mtu": ("IFLA_MTU", int),
-              "tx_qlen": ("IFLA_TXQLEN", int)}  # fmt: skip
-FLAGS = {"promisc": "IFF_PROMISC", "allmulti": "IFF_ALLMULTI"}
-
-
 class Kernel:
-    """tuning's kernel port on the host: the container's network namespace is all the
-    verbs ask of the kernel."""
+    """tuning.ports.Kernel on the host."""
 
     def netns(self, path: str) -> ContainerNetns:
         return ContainerNetns(path)
@@ -191,8 +185,6 @@ def change_link(
     from common import rtnl
 
     given = {f: v for f, v in want.fields().items() if v is not None}
-    if not given:
-        return
     flags = change = 0
     for f, bit in FLAGS.items():
         if f in given:
@@ -233,9 +225,6 @@ def check_link_fits(ifname: str, want: LinkSettings, link: LinkState) -> None:
         raise invalid_config(f"mtu {want.mtu} is below the minimum of {ifname}: {link.min_mtu}")
 
 
-IPV6_MIN_MTU = 1280
-
-
 def check_ipv6_survives(
     ifname: str, want: LinkSettings, link: LinkState, ns: ports.ContainerNetns
 ) -> None:
@@ -251,16 +240,15 @@ def check_ipv6_survives(
         lines = ns.if_inet6().splitlines()
     except OSError:
         return  # no IPv6 in this kernel
+    import ipaddress
+
     # Its addresses other than link-local (scope 0x20) and loopback (0x10) ones.
     addresses = [
-        fields[0]
+        ipaddress.IPv6Address(int(fields[0], 16)).compressed
         for fields in map(str.split, lines)
         if len(fields) == 6 and fields[5] == ifname and int(fields[3], 16) not in (0x10, 0x20)
     ]
     if addresses:
-        import ipaddress
-
-        addresses = [ipaddress.IPv6Address(int(a, 16)).compressed for a in addresses]
         raise invalid_config(
             f"mtu {want.mtu} is below {IPV6_MIN_MTU}, the IPv6 minimum: the kernel would "
             f"remove IPv6 from {ifname} with its address(es) {', '.join(addresses[:3])}",
@@ -327,9 +315,7 @@ def restore(backup: Backup, ifname: str, ns: ports.ContainerNetns) -> tuple[list
                 refused.append(f"{what}: {e.strerror}")
             elif e.errno not in _GONE_ERRNOS:
                 failures.append(f"{what}: {e}")
-        except CniError as e:  # resolve_sysctl: not below /proc/sys/net
-            refused.append(f"{what}: {e.msg}")
-        except ValueError as e:  # a path or value no system call can carry (NUL, surrogate)
+        except (CniError, ValueError) as e:  # outside /proc/sys/net; a NUL or lone surrogate
             refused.append(f"{what}: {e}")
     if not backup.link.empty:
         try:

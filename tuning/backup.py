@@ -15,13 +15,11 @@ from tuning.config import LINK_OPTIONS, LinkSettings
 
 TYPE_CHECKING = False  # avoids importing typing at runtime
 if TYPE_CHECKING:
-    from collections.abc import Mapping
     from typing import Any
 
     from common.identity import Attachment
     from tuning.plan import LinkState, Plan
 
-LOCK_NAME = "tuning.lock"
 # NAME_MAX less room for a ".tmp.<pid>" suffix: the limit every backup file was named under.
 MAX_FILE_NAME = 255 - len(".tmp.4194304")
 
@@ -84,13 +82,12 @@ class Backup(Record):
         )
 
 
-def originals(plan: Plan, link: LinkState | None, sysctls: Mapping[str, str | None]) -> Backup:
+def originals(plan: Plan, link: LinkState | None, sysctls: dict[str, str | None]) -> Backup:
     """The live values of exactly what `plan` is about to change. `sysctls` holds the values
     read before the change; one absent or None (unreadable) has no original to save."""
     changed: dict[str, Any] = {}
     if link is not None:
-        fields = [option.field for option in LINK_OPTIONS]
-        changed = {f: getattr(link, f) for f in fields if getattr(plan.link, f) is not None}
+        changed = {f: getattr(link, f) for f, v in plan.link.fields().items() if v is not None}
     saved = tuple((w.path, v) for w in plan.sysctls if (v := sysctls.get(w.path)) is not None)
     return Backup(link=LinkSettings(**changed), sysctls=saved)
 
@@ -105,7 +102,7 @@ class BackupStore(AttachmentStore[Backup]):
 
     refusal_code = INVALID_CONFIG
     private = False
-    lock_name = LOCK_NAME
+    lock_name = "tuning.lock"
 
     def __init__(self, data_dir: str) -> None:
         super().__init__(data_dir, Backup)

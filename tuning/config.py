@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
     from typing import Any
 
-    Parser = Callable[[NetConf, Mapping[str, str]], Any]
+    Parser = Callable[[NetConf, Mapping[str, str], str], Any]  # (conf, CNI_ARGS, key)
 
 DEFAULT_DATA_DIR = "/run/cni/tuning"
 ALLOWLIST_PATH = "/etc/cni/tuning/allowlist.conf"
@@ -54,7 +54,6 @@ class LinkSettings(Value):
 
     @property
     def empty(self) -> bool:
-        """No link attribute is given."""
         return all(getattr(self, option.field) is None for option in LINK_OPTIONS)
 
 
@@ -170,38 +169,34 @@ def _sysctl_map(obj: JsonObject | None) -> dict[tuple[str, ...], Sysctl]:
     return out
 
 
-def _mtu(obj: JsonObject) -> int | None:
-    value = obj.integer("mtu")
+def _mtu(obj: JsonObject, key: str) -> int | None:
+    value = obj.integer(key)
     if value is None or value == 0:  # Go's tuning: 0 means "not set"
         return None
     if not MTU_MIN <= value <= MTU_MAX:
         raise invalid_config(
-            f"{obj.path('mtu')} is {value}: an MTU must be between {MTU_MIN} and {MTU_MAX}"
+            f"{obj.path(key)} is {value}: an MTU must be between {MTU_MIN} and {MTU_MAX}"
         )
     return int(value)
 
 
-def _tx_qlen(obj: JsonObject) -> int | None:
-    value = obj.integer("txQLen")
-    if value is None:
-        return None
-    if value < 0:
+def _tx_qlen(obj: JsonObject, key: str) -> int | None:
+    value: int | None = obj.integer(key, maximum=TXQLEN_MAX)
+    if value is not None and value < 0:
         raise invalid_config(
-            f"{obj.path('txQLen')} is {value}: a transmit queue length cannot be negative",
+            f"{obj.path(key)} is {value}: a transmit queue length cannot be negative",
             "use 0 or more (1000 is the usual Ethernet default)",
         )
-    if value > TXQLEN_MAX:
-        raise invalid_config(f"{obj.path('txQLen')} is {value}: at most {TXQLEN_MAX}")
-    return int(value)
+    return value
 
 
-def _mac(conf: NetConf, cni_args: Mapping[str, str]) -> str | None:
+def _mac(conf: NetConf, cni_args: Mapping[str, str], key: str) -> str | None:
     """The effective MAC: the highest-precedence source that gives a non-empty one."""
     lowest_first = (
-        ("mac", conf.body.string("mac", "")),
+        ("mac", conf.body.string(key, "")),
         ("CNI_ARGS MAC", next((v for k, v in cni_args.items() if k.upper() == "MAC"), "")),
-        ("runtimeConfig.mac", conf.runtime_config.string("mac", "")),
-        ("args.cni.mac", conf.cni_args_object.string("mac", "")),
+        ("runtimeConfig.mac", conf.runtime_config.string(key, "")),
+        ("args.cni.mac", conf.cni_args_object.string(key, "")),
     )
     for source, value in reversed(lowest_first):
         if value:
@@ -209,18 +204,14 @@ def _mac(conf: NetConf, cni_args: Mapping[str, str]) -> str | None:
     return None
 
 
-def _configured(read: Callable[[JsonObject], Any]) -> Parser:
-    """A config key, which args.cni overrides."""
+def _configured(read: Callable[[JsonObject, str], Any]) -> Parser:
+    """A config key, which args.cni overrides; `read` gets its value out of one object."""
 
-    def parse(conf: NetConf, cni_args: Mapping[str, str]) -> Any:
-        override = read(conf.cni_args_object)
-        return override if override is not None else read(conf.body)
+    def parse(conf: NetConf, cni_args: Mapping[str, str], key: str) -> Any:
+        override = read(conf.cni_args_object, key)
+        return override if override is not None else read(conf.body, key)
 
     return parse
-
-
-def _flag(key: str) -> Parser:
-    return _configured(lambda obj: obj.boolean(key))
 
 
 def _saved_mac(value: Any) -> str:
@@ -234,7 +225,7 @@ class LinkOption(Value):
     """One link attribute tuning sets: its LinkSettings field; its key, in the config and
     in the backup file (Go's spelling of both); its name in CHECK's findings; how the
     config's value is read and checked (error 7); how a backup's value is checked (a
-    ValueError drops it: see tuning.plan.Backup). How the kernel carries it is the kernel
+    ValueError drops it: see tuning.backup.Backup). How the kernel carries it is the kernel
     port's (tuning.apply); the recipe for adding one: docs/architecture.md."""
 
     field: str
@@ -247,8 +238,8 @@ class LinkOption(Value):
 LINK_OPTIONS = (
     LinkOption("mac", "mac", "MAC", _mac, _saved_mac),
     LinkOption("mtu", "mtu", "MTU", _configured(_mtu), integer(MTU_MIN, MTU_MAX)),
-    LinkOption("promisc", "promisc", "promiscuous mode", _flag("promisc"), flag),
-    LinkOption("allmulti", "allmulti", "all-multicast mode", _flag("allmulti"), flag),
+    LinkOption("promisc", "promisc", "promiscuous mode", _configured(JsonObject.boolean), flag),
+    LinkOption("allmulti", "allmulti", "all-multicast mode", _configured(JsonObject.boolean), flag),
     LinkOption("tx_qlen", "txQLen", "txqueuelen", _configured(_tx_qlen), integer(0, TXQLEN_MAX)),
 )
 
@@ -264,11 +255,10 @@ def parse_data_dir(conf: NetConf, environ: Mapping[str, str]) -> str:
 
 
 def parse(conf: NetConf, invocation: Invocation, environ: Mapping[str, str]) -> TuningConf:
-    """NetConf + CNI_ARGS -> a validated TuningConf."""
     sysctls = _sysctl_map(conf.body.child("sysctl"))
     # args.cni overrides the config key by key, matching keys by the setting they name.
     sysctls.update(_sysctl_map(conf.cni_args_object.child("sysctl")))
-    link = {option.field: option.parse(conf, invocation.cni_args) for option in LINK_OPTIONS}
+    link = {o.field: o.parse(conf, invocation.cni_args, o.key) for o in LINK_OPTIONS}
     return TuningConf(
         sysctls=tuple(sysctls.values()),
         link=LinkSettings(**link),
@@ -278,15 +268,10 @@ def parse(conf: NetConf, invocation: Invocation, environ: Mapping[str, str]) -> 
 
 
 # ---------------------------------------------------------------------------- the allowlist
-# The administrator's sysctl allowlist: which keys a config (or a pod's args) may set.
-#
-# One regular expression per line, matched against the key as written (with the literal
-# `IFNAME`). Go's tuning accepts a key when the pattern matches anywhere in it, so there
-# `net\.core\.somaxconn` also allows `net.core.somaxconn_evil`; here a match must
-# cover whole parts of the key, so that a name that only begins with an allowed one is
-# refused while Go's prefix patterns keep allowing their subtree (docs/tuning.md has the
-# rules and examples). A missing file allows every key, as upstream; an unreadable one is
-# an error rather than "allow all".
+# The administrator's sysctl allowlist: one regular expression per line, matched against
+# the key as written (with the literal `IFNAME`). Unlike Go's (a match anywhere), a match
+# must cover whole parts of the key, so that `net\.core\.somaxconn` does not allow
+# `net.core.somaxconn_evil` (docs/tuning.md has the rules and examples).
 
 # Around the administrator's pattern: begin at a part boundary, end at one. A key with a
 # "/" uses only "/" as its separator (dots stay literal: net/ipv4/conf/eth0.100/rp_filter),
@@ -341,7 +326,6 @@ def load_allowlist(path: str) -> Allowlist | None:
 
 
 def refuse_unlisted(allowlist: Allowlist | None, keys: list[str]) -> None:
-    """Error 7 naming the first key the allowlist does not permit."""
     if allowlist is None:
         return
     for key in keys:

@@ -9,10 +9,6 @@ from common.result import Result
 from common.values import Value
 from tuning.config import LINK_OPTIONS, LinkSettings, TuningConf
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from collections.abc import Mapping
-
 IFNAME = "IFNAME"  # the placeholder a key uses for CNI_IFNAME
 
 
@@ -66,7 +62,7 @@ def same_sysctl_value(wanted: str, live: str) -> bool:
     return _as_printed(wanted) == _as_printed(live)
 
 
-def sysctl_differences(plan: Plan, live: Mapping[str, str | None]) -> list[str]:
+def sysctl_differences(plan: Plan, live: dict[str, str | None]) -> list[str]:
     """`live` has no entry for a sysctl that does not exist, and None for one that cannot
     be read back (write-only): that one cannot be compared, so it is not a difference."""
     out = []
@@ -80,12 +76,13 @@ def sysctl_differences(plan: Plan, live: Mapping[str, str | None]) -> list[str]:
     return out
 
 
-def link_differences(ifname: str, want: LinkSettings, live: LinkState) -> list[str]:
+def link_differences(ifname: str, want: LinkSettings, live: LinkState | None) -> list[str]:
+    if live is None:
+        return [f"there is no interface {ifname}"]
     out = []
     for option in LINK_OPTIONS:
+        # a MAC compares as it is: the config's is normalised and netlink's is lower case
         wanted, current = getattr(want, option.field), getattr(live, option.field)
-        if isinstance(current, str):
-            current = current.lower()  # netlink prints a MAC in lower case; configs may not
         if wanted is not None and wanted != current:
             out.append(f"{ifname} {option.label} is {_shown(current)}, configured {_shown(wanted)}")
     return out
@@ -100,8 +97,6 @@ def _shown(value: object) -> object:
 def report(prev: Result | None, plan: Plan) -> Result:
     """prevResult with the container interface's new MAC (and, for 1.1.0, MTU)."""
     result = prev if prev is not None else Result()
-    if plan.link.mac is None and plan.link.mtu is None:
-        return result
     named = [i for i in result.interfaces if i.name == plan.ifname]
     # The container side has a sandbox; an old plugin may not say so, then the name decides.
     targets = [i for i in named if i.sandbox] or named

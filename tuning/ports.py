@@ -1,12 +1,8 @@
 """tuning's kernel port, declared: the container's network namespace is all the verbs
-ask of the kernel.
-
-`tuning.apply.Kernel` and `ContainerNetns` implement it on the host, the tests' fake
+ask of the kernel. tuning.apply implements it on the host, the tests' fake kernel
 (tests/harness/fake_kernel.py) in memory; neither inherits from the other, and mypy
-checks both against this declaration. What tuning builds on the port (reading and
-changing a link, restoring) lives beside it in tuning.apply, and runs on either. Only
-mypy and the tests import this module (the verbs name it under TYPE_CHECKING): `typing`
-is not loaded on a plugin call.
+checks both against this. Only mypy and the tests import this module: `typing` is not
+loaded on a plugin call.
 """
 
 from __future__ import annotations

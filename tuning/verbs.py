@@ -9,32 +9,24 @@ what that needs (the config and the plan), each verb the rest once it has work t
 
 from __future__ import annotations
 
-from common.errors import CHECK_FAILED, KERNEL_FAILURE, STATUS_UNAVAILABLE, CniError
+from common.errors import CHECK_FAILED, IO_FAILURE, KERNEL_FAILURE, STATUS_UNAVAILABLE, CniError
 from tuning import config
 from tuning.plan import make_plan, report
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from common.attachment import Engine
     from common.result import Result
     from common.skel import Request
-    from tuning.backup import Backup, BackupStore
+    from tuning.backup import Backup
     from tuning.plan import Plan
     from tuning.ports import Kernel
 
 
 def _kernel(request: Request) -> Kernel:
-    """The kernel port the request was handed, else the real kernel's."""
     from tuning import apply
 
     kernel: Kernel = request.kernel or apply.Kernel()
     return kernel
-
-
-def _engine(request: Request, store: BackupStore) -> Engine[Backup]:
-    from common.attachment import Engine
-
-    return Engine(store, request.log)
 
 
 def add(request: Request) -> Result:
@@ -45,6 +37,7 @@ def add(request: Request) -> Result:
     plan = make_plan(conf, request.ifname)
     if plan.empty:
         return report(request.conf.prev_result, plan)
+    from common.attachment import Engine
     from tuning import apply
     from tuning.backup import BackupStore, originals
 
@@ -52,7 +45,7 @@ def add(request: Request) -> Result:
     if not plan.link.empty:
         apply.preload_links()
     with (
-        _engine(request, store).add(request.attachment) as change,
+        Engine(store, request.log).add(request.attachment) as change,
         _kernel(request).netns(request.netns) as ns,
     ):
         before = apply.observe(plan, ns)
@@ -92,18 +85,18 @@ def delete(request: Request) -> None:
     ifname = request.ifname
     if not store.has(request.attachment):
         return
+    from common.attachment import Engine
     from common.netns import entered_if_present
     from tuning import apply
 
     peek = store.load(request.attachment)  # read again under the lock; this only decides the import
     if peek is not None and not peek.link.empty:
         apply.preload_links()
-    kernel = _kernel(request)
 
     def teardown(backup: Backup | None) -> None:
         if backup is None:
             return  # unreadable garbage: nothing we could restore
-        with entered_if_present(request.netns, kernel.netns) as ns:
+        with entered_if_present(request.netns, _kernel(request).netns) as ns:
             failures, refused = ([], []) if ns is None else apply.restore(backup, ifname, ns)
         for problem in refused:
             # Never restorable, so not worth keeping the backup for (see apply.restore).
@@ -119,7 +112,7 @@ def delete(request: Request) -> None:
             f"restored originals of {ifname} from {store.path(store.file_of(request.attachment))}"
         )
 
-    _engine(request, store).delete(request.attachment, teardown)
+    Engine(store, request.log).delete(request.attachment, teardown)
 
 
 def check(request: Request) -> None:
@@ -135,10 +128,7 @@ def check(request: Request) -> None:
         problems = sysctl_differences(plan, live)
         if not plan.link.empty:
             link = apply.read_link(ns, plan.ifname)
-            if link is None:
-                problems.append(f"there is no interface {plan.ifname}")
-            else:
-                problems.extend(link_differences(plan.ifname, plan.link, link))
+            problems.extend(link_differences(plan.ifname, plan.link, link))
     if problems:
         raise CniError(
             CHECK_FAILED, f"{plan.ifname} does not match the tuning config", "; ".join(problems)
@@ -149,6 +139,7 @@ def gc(request: Request) -> None:
     """Forget the backups of this network's attachments the runtime no longer knows."""
     import os
 
+    from common.attachment import Engine
     from common.gc import valid_attachments
     from tuning.backup import BackupStore
 
@@ -156,7 +147,7 @@ def gc(request: Request) -> None:
     valid = valid_attachments(request.network, request.conf.body)
     if not os.path.isdir(data_dir):
         return
-    with _engine(request, BackupStore(data_dir)).collecting(request.network, valid):
+    with Engine(BackupStore(data_dir), request.log).collecting(request.network, valid):
         pass  # a backup stands for nothing in the kernel: forgetting it is all
 
 
@@ -167,24 +158,19 @@ def status(request: Request) -> None:
     from tuning.backup import BackupStore
 
     conf = config.parse(request.conf, request.env, request.environ)
+    existing = conf.data_dir
+    while not os.path.isdir(existing):
+        existing = os.path.dirname(existing)
     try:
         config.load_allowlist(conf.allowlist_path)
+        if not os.access(existing, os.W_OK | os.X_OK):
+            raise CniError(IO_FAILURE, f"cannot write its dataDir {conf.data_dir}")
+        if os.path.lexists(conf.data_dir):  # one ADD would refuse (symlink, owner, mode)
+            BackupStore(conf.data_dir).check()
     except CniError as e:
         raise CniError(
             STATUS_UNAVAILABLE, f"tuning cannot serve ADDs: {e.msg}", e.details
         ) from None
-    existing = conf.data_dir
-    while not os.path.isdir(existing):
-        existing = os.path.dirname(existing)
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise CniError(STATUS_UNAVAILABLE, f"tuning cannot write its dataDir {conf.data_dir}")
-    if os.path.lexists(conf.data_dir):  # one ADD would refuse (symlink, owner, mode)
-        try:
-            BackupStore(conf.data_dir).check()
-        except CniError as e:
-            raise CniError(
-                STATUS_UNAVAILABLE, f"tuning cannot serve ADDs: {e.msg}", e.details
-            ) from None
     import importlib.util
 
     if importlib.util.find_spec("pyroute2") is None:
