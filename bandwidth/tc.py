@@ -74,7 +74,6 @@ TBF_OPTIONS = (
     (7, "TCA_TBF_PBURST", "uint32"),
     (8, "TCA_TBF_PAD", "hex"),
 )
-_tcmsg_class: Any = None
 _tc_modules: SimpleNamespace | None = None
 
 
@@ -91,7 +90,7 @@ def read_psched(path: str = PSCHED) -> Psched:
 
 
 def tc_modules() -> SimpleNamespace:
-    """A tc message class (`tcmsg`) and pyroute2's `sched_tbf` and `cls_u32` modules.
+    """A tc message class (`tcmsg`) and pyroute2's `cls_u32` module.
 
     pyroute2's `tcmsg` package imports all of its qdisc and classifier modules (hfsc,
     cake, bpf, ... with `dataclasses` and `inspect`) to look a kind's options up in one
@@ -109,7 +108,14 @@ def tc_modules() -> SimpleNamespace:
     from pyroute2.netlink import nlmsg
     from pyroute2.netlink.rtnl.tcmsg import cls_u32, sched_ingress, sched_tbf, sched_template
 
-    kinds = {"tbf": sched_tbf, "ingress": sched_ingress, "u32": cls_u32}
+    class TbfOptions(sched_tbf.options):  # type: ignore[misc,name-defined]
+        # A subclass, so that other users of pyroute2 in the process see sched_tbf
+        # unchanged. pyroute2 compiles a class's nla_map once and flags it in this
+        # (name-mangled) attribute, which a subclass would inherit: compile ours separately.
+        _nlmsg_base__compiled_nla = False
+        nla_map = TBF_OPTIONS
+
+    options = {"tbf": TbfOptions, "ingress": sched_ingress.options, "u32": cls_u32.options}
 
     class TcMsg(nlmsg):  # type: ignore[misc,valid-type]
         """struct tcmsg (linux/rtnetlink.h) with its attributes (TCA_*)."""
@@ -132,40 +138,10 @@ def tc_modules() -> SimpleNamespace:
         @staticmethod
         def get_options(msg: Any, *args: Any, **kwargs: Any) -> Any:
             # Called with the message being decoded (or encoded): the class for its options.
-            options = getattr(kinds.get(msg.get_attr("TCA_KIND")), "options", None)
-            return options if options is not None else sched_template.options
+            return options.get(msg.get_attr("TCA_KIND"), sched_template.options)
 
-    _tc_modules = SimpleNamespace(tcmsg=TcMsg, sched_tbf=sched_tbf, cls_u32=cls_u32)
+    _tc_modules = SimpleNamespace(tcmsg=TcMsg, cls_u32=cls_u32)
     return _tc_modules
-
-
-def tcmsg_class(m: Any) -> Any:
-    """pyroute2's `tcmsg`, except that a tbf's options also know the 64-bit attributes.
-
-    A subclass, so that other users of pyroute2 in the process see its classes unchanged.
-    """
-    global _tcmsg_class
-    if _tcmsg_class is not None:
-        return _tcmsg_class
-    base_tcmsg, base_tbf = m.tcmsg, m.sched_tbf.options
-
-    class TbfOptions(base_tbf):  # type: ignore[misc,valid-type]
-        # pyroute2 compiles a class's nla_map once and flags it in this (name-mangled)
-        # attribute, which a subclass would inherit: compile ours separately.
-        _nlmsg_base__compiled_nla = False
-        nla_map = TBF_OPTIONS
-
-    class TcMsg(base_tcmsg):  # type: ignore[misc,valid-type]
-        _nlmsg_base__compiled_nla = False
-
-        @staticmethod
-        def get_options(msg: Any, *args: Any, **kwargs: Any) -> Any:
-            if msg.get_attr("TCA_KIND") == "tbf":
-                return TbfOptions
-            return base_tcmsg.get_options(msg, *args, **kwargs)
-
-    _tcmsg_class = TcMsg
-    return TcMsg
 
 
 def tbf_options(rate: int, buffer: int, limit: int) -> dict[str, Any]:
@@ -316,12 +292,8 @@ class Rtnl:
     def __exit__(self, *_: object) -> None:
         self.nl.close()
 
-    def _tc(self) -> Any:
-        """pyroute2's tc modules, loaded by the first tc message."""
-        return tc_modules()
-
     def _tcmsg(self, index: int, parent: int = 0, handle: int = 0, info: int = 0) -> Any:
-        msg = tcmsg_class(self._tc())()
+        msg = tc_modules().tcmsg()  # pyroute2's tc modules load with the first tc message
         msg["index"], msg["parent"], msg["handle"], msg["info"] = index, parent, handle, info
         return msg
 
@@ -403,6 +375,8 @@ class Rtnl:
         self.nl.request(msg, rtnl.RTM_NEWLINK)
 
     def _apply_one(self, action: plan.Action, device: Link | None) -> None:
+        # reconcile plans changes of the device only when it observed one (`device`)
+        device_index = device.index if device is not None else 0
         if isinstance(action, plan.CreateIfb):
             self.indexes.pop(action.name, None)
             msg = self.m.ifinfmsg()
@@ -425,42 +399,36 @@ class Rtnl:
             msg["index"] = action.index
             self.nl.request(msg, rtnl.RTM_DELLINK, tolerate=GONE)
         elif isinstance(action, plan.SetTbf):
-            target = self._index(action.ifb) if action.ifb else _need(device).index
+            target = self._index(action.ifb) if action.ifb else device_index
             tbf = action.tbf
             options = tbf_options(tbf.rate, tbf.buffer, tbf.limit)
             msg = self._tcmsg(target, TC_H_ROOT, TBF_HANDLE)
             msg["attrs"] = [["TCA_KIND", "tbf"], ["TCA_OPTIONS", options]]
             self.nl.request(msg, rtnl.RTM_NEWQDISC, rtnl.NLM_F_CREATE | rtnl.NLM_F_REPLACE)
         elif isinstance(action, plan.DeleteRootQdisc):
-            msg = self._tcmsg(_need(device).index, TC_H_ROOT)
+            msg = self._tcmsg(device_index, TC_H_ROOT)
             self.nl.request(msg, rtnl.RTM_DELQDISC, tolerate=GONE)
         elif isinstance(action, plan.AddIngressQdisc):
-            msg = self._tcmsg(_need(device).index, TC_H_INGRESS, INGRESS_HANDLE)
+            msg = self._tcmsg(device_index, TC_H_INGRESS, INGRESS_HANDLE)
             msg["attrs"] = [["TCA_KIND", "ingress"]]
             self.nl.request(msg, rtnl.RTM_NEWQDISC, CREATE, tolerate=(errno.EEXIST,))
         elif isinstance(action, plan.DeleteIngressQdisc):
-            msg = self._tcmsg(_need(device).index, TC_H_INGRESS, INGRESS_HANDLE)
+            msg = self._tcmsg(device_index, TC_H_INGRESS, INGRESS_HANDLE)
             self.nl.request(msg, rtnl.RTM_DELQDISC, tolerate=GONE)
         elif isinstance(action, plan.DeleteFilters):
             info = (action.prio << 16) | htons(action.protocol)
-            msg = self._tcmsg(_need(device).index, action.parent, info=info)
+            msg = self._tcmsg(device_index, action.parent, info=info)
             self.nl.request(msg, rtnl.RTM_DELTFILTER, tolerate=GONE)
         elif isinstance(action, plan.AddRedirect):
             redirect = {"kind": "mirred", "direction": "egress", "action": "redirect",
                         "ifindex": self._index(action.ifb)}  # fmt: skip
-            options = self._tc().cls_u32.get_parameters(
+            options = tc_modules().cls_u32.get_parameters(
                 {"target": FLOW_ID, "keys": MATCH_ALL, "action": redirect}
             )
             info = (FILTER_PRIO << 16) | htons(ETH_P_ALL)
-            msg = self._tcmsg(_need(device).index, action.parent, info=info)
+            msg = self._tcmsg(device_index, action.parent, info=info)
             msg["attrs"] = [["TCA_KIND", "u32"], ["TCA_OPTIONS", options]]
             self.nl.request(msg, rtnl.RTM_NEWTFILTER, CREATE)
-
-
-def _need(device: Link | None) -> Link:
-    if device is None:  # reconcile never asks for device actions without a device
-        raise CniError(KERNEL_FAILURE, "no device to configure")
-    return device
 
 
 def netlink_answers() -> None:
