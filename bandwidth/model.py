@@ -54,10 +54,13 @@ class Tbf(Value):
     def params(self) -> TbfParams:
         return TbfParams(self.rate, self.buffer, self.limit)
 
+    def rate_and_burst(self) -> str:
+        return f"{self.rate * 8} bit/s burst {self.burst} bytes"
+
     def describe(self) -> str:
         return (
-            f"tbf rate {self.rate * 8} bit/s burst {self.burst} bytes "
-            f"(buffer {self.buffer} ticks) limit {self.limit} bytes"
+            f"tbf rate {self.rate_and_burst()} (buffer {self.buffer} ticks) "
+            f"limit {self.limit} bytes"
         )
 
 

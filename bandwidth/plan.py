@@ -117,6 +117,20 @@ class Plan(Value):
     def empty(self) -> bool:
         return self.device_tbf is None and self.ifb is None
 
+    def describe(self) -> str:
+        """For the log, in the container's directions: "ingress 8000 bit/s burst 1515
+        bytes on veth1234, egress ... on ifb bwp... (fed by veth1234)"."""
+        leaving, arriving = ("ingress", "egress") if self.mode == HOST else ("egress", "ingress")
+        shaped = []
+        if self.device_tbf is not None:
+            shaped.append(f"{leaving} {self.device_tbf.rate_and_burst()} on {self.device}")
+        if self.ifb is not None:
+            shaped.append(
+                f"{arriving} {self.ifb.tbf.rate_and_burst()} on ifb {self.ifb.name} "
+                f"(fed by {self.device})"
+            )
+        return ", ".join(shaped)
+
 
 def build(cfg: BandwidthConfig, placement: Placement, ifb: str, alias: str, psched: Psched) -> Plan:
     """`ifb` and `alias`: the attachment's ifb name and owner (`ifb_name`, `ifb_alias`)."""

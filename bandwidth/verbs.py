@@ -35,12 +35,10 @@ if TYPE_CHECKING:
 
 def _kernel(request: Request) -> Kernel:
     """The kernel port the request was handed, else the real kernel's."""
-    if request.kernel is not None:
-        kernel: Kernel = request.kernel
-        return kernel
     from bandwidth import tc
 
-    return tc.Kernel()
+    kernel: Kernel = request.kernel or tc.Kernel()
+    return kernel
 
 
 def _engine(request: Request) -> Engine[Record]:
@@ -160,8 +158,8 @@ def add(request: Request) -> Result | None:
                 new, undo=lambda: _remove(sock, placement.mode, device, new.ownership, ifb, alias)
             )
             sock.apply(result.actions, device)
-            done = ", ".join(type(a).__name__ for a in result.actions) or "nothing to change"
-            request.log.info(f"shaping on {placement.mode} device {device.name}: {done}")
+            changes = f"kernel changes: {len(result.actions)}" if result.actions else "in place"
+            request.log.info(f"shaping {want.describe()}; {changes}")
         ifb_link = sock.link(ifb) if want.ifb is not None else None
     return _report(_prev_result(request), placement, ifb_link, request.netns)
 
