@@ -105,10 +105,10 @@ class IfbPlan(Value):
 class Plan(Value):
     """The desired state. `device_tbf` shapes traffic leaving the device; the ifb's tbf
     shapes traffic arriving at it. On the host veth, leaving = container ingress; on the
-    container interface, leaving = container egress."""
+    container interface, leaving = container egress. `Plan()` shapes nothing (DEL's)."""
 
-    mode: str
-    device: str
+    mode: str = HOST
+    device: str = ""
     device_tbf: Tbf | None = None
     ifb: IfbPlan | None = None
     notes: tuple[str, ...] = ()  # for the log: bursts that had to be clamped
@@ -138,21 +138,18 @@ def build(cfg: BandwidthConfig, placement: Placement, ifb: str, alias: str, psch
 
     device = placement.device
     if placement.mode == HOST:
-        leaving, arriving = cfg.ingress, cfg.egress
-        where = f"host veth {device.name}"
+        leaving, arriving, where = cfg.ingress, cfg.egress, f"host veth {device.name}"
     else:
-        leaving, arriving = cfg.egress, cfg.ingress
-        where = f"container interface {device.name}"
-    notes: list[str] = []
-    device_tbf = ifb_plan = None
-    if leaving is not None:
-        device_tbf, note = make_tbf(leaving, device.mtu, where, psched)
-        notes += [note] if note else []
-    if arriving is not None:
-        tbf, note = make_tbf(arriving, device.mtu, where, psched)
-        notes += [note] if note else []
-        ifb_plan = IfbPlan(ifb, device.mtu, alias, tbf)
-    return Plan(placement.mode, device.name, device_tbf, ifb_plan, tuple(notes))
+        leaving, arriving, where = cfg.egress, cfg.ingress, f"container interface {device.name}"
+    device_tbf, leaving_note = (
+        make_tbf(leaving, device.mtu, where, psched) if leaving else (None, "")
+    )
+    ifb_tbf, arriving_note = (
+        make_tbf(arriving, device.mtu, where, psched) if arriving else (None, "")
+    )
+    ifb_plan = IfbPlan(ifb, device.mtu, alias, ifb_tbf) if ifb_tbf is not None else None
+    notes = tuple(note for note in (leaving_note, arriving_note) if note)
+    return Plan(placement.mode, device.name, device_tbf, ifb_plan, notes)
 
 
 # ---------------------------------------------------------------------------- actions
@@ -271,18 +268,16 @@ def _groups(device: DeviceState) -> tuple[list[_FilterGroup], list[_FilterGroup]
     """(whole groups, the group the read stopped in): when the hook held more filters
     than were read (`complete` false), the group of the last entry read may go on beyond
     it, so it is not judged by the part seen (it is someone else's, as what follows)."""
-    by_prio: dict[tuple[int, str, int], list[Filter]] = {}
+    by_key: dict[tuple[int, str, int], list[Filter]] = {}
     for f in device.filters:
-        by_prio.setdefault((f.prio, f.kind, f.protocol), []).append(f)
-    cut = None
-    if not device.complete and device.filters:
-        last = device.filters[-1]
-        cut = (last.prio, last.kind, last.protocol)
+        by_key.setdefault((f.prio, f.kind, f.protocol), []).append(f)
+    last = device.filters[-1] if device.filters and not device.complete else None
+    cut = (last.prio, last.kind, last.protocol) if last is not None else None
     whole: list[_FilterGroup] = []
     partial: list[_FilterGroup] = []
-    for (prio, kind, proto), fs in sorted(by_prio.items()):
-        group = _FilterGroup(prio, kind, proto, tuple(f for f in fs if f.is_rule))
-        (partial if (prio, kind, proto) == cut else whole).append(group)
+    for key, fs in sorted(by_key.items()):
+        group = _FilterGroup(*key, tuple(f for f in fs if f.is_rule))
+        (partial if key == cut else whole).append(group)
     return whole, partial
 
 
@@ -321,31 +316,28 @@ def reconcile(
     actions: list[Action] = []
     kept: list[str] = []
     conflicts: list[str] = []
-    ifb_ours = _ifb_is_ours(observed.ifb, alias)
-    ifb_index = observed.ifb.link.index if ifb_ours and observed.ifb else None
+    ours_ifb = observed.ifb if _ifb_is_ours(observed.ifb, alias) else None
+    ifb_index = ours_ifb.link.index if ours_ifb is not None else None
     device_tbf_owned, ingress_owned = owned.device_tbf, owned.ingress_qdisc
 
     # -- the ifb
     if plan.ifb is not None:
-        if observed.ifb is None:
+        link = observed.ifb.link if observed.ifb is not None else None
+        if link is None:
             actions.append(CreateIfb(ifb, plan.ifb.mtu, plan.ifb.alias))
-            actions.append(SetTbf(ifb, plan.ifb.tbf))
-        elif not ifb_ours:
-            link = observed.ifb.link
+        elif ours_ifb is None:
             conflicts.append(
                 f"ifb {link.name} belongs to {link.alias!r}"
                 if link.kind == "ifb"
                 else f"a {link.kind or 'non-ifb'} device named {link.name} exists"
             )
-        else:
-            link = observed.ifb.link
-            if link.mtu != plan.ifb.mtu or link.alias != plan.ifb.alias or not link.up:
-                actions.append(UpdateIfb(ifb, plan.ifb.mtu, plan.ifb.alias))
-            root = observed.ifb.root
-            if root is None or root.tbf != plan.ifb.tbf.params or root.handle != TBF_HANDLE:
-                actions.append(SetTbf(ifb, plan.ifb.tbf))
-    elif ifb_ours and observed.ifb is not None:
-        actions.append(DeleteIfb(ifb, observed.ifb.link.index))
+        elif (link.mtu, link.alias, link.up) != (plan.ifb.mtu, plan.ifb.alias, True):
+            actions.append(UpdateIfb(ifb, plan.ifb.mtu, plan.ifb.alias))
+        root = observed.ifb.root if observed.ifb is not None else None
+        if root is None or root.tbf != plan.ifb.tbf.params or root.handle != TBF_HANDLE:
+            actions.append(SetTbf(ifb, plan.ifb.tbf))
+    elif ours_ifb is not None:
+        actions.append(DeleteIfb(ifb, ours_ifb.link.index))
 
     device = observed.device
     if device is not None:

@@ -1,11 +1,9 @@
 """The one place bandwidth talks to the kernel: links, qdiscs and filters.
 
-`Kernel` is the port the verbs are handed: it opens an `Rtnl` in a network namespace.
-`Rtnl` reads the kernel of one network namespace into the values of `bandwidth.model`
-(`observe`) and carries out the actions of a `plan.reconcile` (`apply`), deciding nothing.
-pyroute2's `ifinfmsg` / `tcmsg` and tc modules encode and decode the messages (tbf rate
-tables, u32 selectors, mirred actions): the tc kinds are bandwidth's alone (`tc_modules`);
-`common.rtnl` carries the messages.
+`Kernel`, the port the verbs are handed, opens an `Rtnl` in a network namespace, which
+reads it into `bandwidth.model` values (`observe`) and carries out the actions of a
+`plan.reconcile` (`apply`), deciding nothing. pyroute2's message classes encode and
+decode; `common.rtnl` carries the messages.
 """
 
 from __future__ import annotations
@@ -90,15 +88,11 @@ def read_psched(path: str = PSCHED) -> Psched:
 
 
 def tc_modules() -> SimpleNamespace:
-    """A tc message class (`tcmsg`) and pyroute2's `cls_u32` module.
-
-    pyroute2's `tcmsg` package imports all of its qdisc and classifier modules (hfsc,
-    cake, bpf, ... with `dataclasses` and `inspect`) to look a kind's options up in one
-    table. bandwidth sends and reads only tbf and ingress qdiscs and u32 filters (with
-    their actions): this loads those modules without the package's __init__, and the
-    class below looks options up among them. Any other kind (someone else's fq_codel,
-    a foreign flower filter) keeps its options undecoded, which is all a reader of them
-    here needs: their kind, handle and parent."""
+    """A tc message class (`tcmsg`) and pyroute2's `cls_u32` module, loaded without the
+    `tcmsg` package's __init__, which imports every qdisc and classifier module pyroute2
+    has (with `dataclasses` and `inspect`). The class decodes the options of the kinds
+    bandwidth sends (tbf, ingress, u32); any other kind's stay undecoded: of someone
+    else's qdisc or filter only its kind, handle and parent are read."""
     global _tc_modules
     if _tc_modules is not None:
         return _tc_modules
@@ -238,25 +232,18 @@ def _filter(msg: Any) -> Filter:
 
 
 class Kernel:
-    """bandwidth's kernel port: an `Rtnl` in a network namespace, and whether a device is
-    there, are all the verbs ask of the kernel (pyroute2 encodes and decodes every
-    message on this side of the port)."""
+    """bandwidth's kernel port (`bandwidth.ports.Kernel`) on the host."""
 
     def rtnl(self, netns: str = "") -> Rtnl:
-        """An rtnetlink socket in the netns at path `netns` ("" = the one we run in), for
-        link messages until its first tc message: pyroute2's tc modules cost more than
-        the rest of a call, and a DEL that finds nothing to remove (a second DEL, an
-        attachment that shaped nothing) sends no tc message."""
+        """pyroute2's tc modules load with its first tc message: they cost more than the
+        rest of a call, and a DEL that finds nothing to remove sends none."""
         return Rtnl(RtnlSocket(netns=netns))
 
     def has_device(self, name: str, netns: str = "") -> bool:
-        """Whether the netns at `netns` ("": ours) has a device named `name`, asked with the
-        ioctl that if_nametoindex(3) makes rather than rtnetlink: a DEL without a record
-        learns this way that there is no ifb to remove before it loads pyroute2's message
-        classes, which cost more than the rest of such a call. The ioctl goes to the netns of
-        the socket it is made on (a netlink one: no other kind is opened here). A netns that
-        cannot be entered has nothing (as DEL's `entered_if_present` sees it); any answer but
-        "no such device" is True, and rtnetlink then looks."""
+        """Asked with the ioctl if_nametoindex(3) makes: a DEL without a record learns that
+        there is no ifb to remove before it loads pyroute2's message classes, which cost
+        more than the rest of such a call. The ioctl goes to the netns of the socket it is
+        made on. Any answer but "no such device" is True, and rtnetlink then looks."""
         import fcntl
         import struct
 
@@ -299,11 +286,11 @@ class Rtnl:
 
     # -- reading
 
-    def link(self, name: str = "", index: int | None = 0) -> Link | None:
+    def link(self, name: str = "", index: int = 0) -> Link | None:
         """The device named `name`, or else the one with ifindex `index`."""
-        if not name and (index or 0) <= 0:  # e.g. a mirred action whose target was deleted
+        if not name and index <= 0:  # e.g. a mirred action whose target was deleted
             return None
-        found = self.nl.link(name, index or 0)
+        found = self.nl.link(name, index)
         return _link(found) if found is not None else None
 
     def links(self) -> list[Link]:

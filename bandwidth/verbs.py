@@ -49,11 +49,10 @@ def _engine(request: Request) -> Engine[Record]:
 
 
 def _lock_key(attachment: Attachment) -> str:
-    """Whose calls exclude each other: an attachment's objects are its device's qdiscs
-    and filters and its ifb, named after the network and container (`_names`), so two
-    interfaces of one container on one network share a lock; every other attachment's
-    ADD and DEL run beside them (a container that made its own device slow to read
-    holds up no one else's call). GC takes the store's lock alone."""
+    """Whose calls exclude each other: the ifb is named after the network and container
+    (`_names`), so two interfaces of one container on one network share a lock; every
+    other attachment's ADD and DEL run beside them (a container that made its own device
+    slow to read holds up no one else's call)."""
     return f"{attachment.network}/{attachment.container_id}"
 
 
@@ -70,9 +69,7 @@ def _prev_result(request: Request) -> Result:
 def _locate_and_plan(
     request: Request, cfg: config.BandwidthConfig, stack: ExitStack, gone: int = INVALID_CONFIG
 ) -> tuple[Placement, Plan, Rtnl]:
-    """Open the sockets, find where to shape, build the plan: shared by ADD and CHECK.
-    Returns the placement, the plan and the socket of the netns where it is shaped.
-
+    """ADD's and CHECK's start: where to shape, the plan, and the socket of that netns.
     `gone`: the code when the interface is not there; for ADD a config error (nothing
     to shape yet), for CHECK a finding (what was shaped went away, e.g. with its netns)."""
     from bandwidth import plan, tc
@@ -154,9 +151,7 @@ def add(request: Request) -> Result | None:
             )
             # Undone as a whole, also what a previous ADD made (e.g. the tbf on the host
             # veth): the record says all of it is this attachment's.
-            change.intend(
-                new, undo=lambda: _remove(sock, placement.mode, device, new.ownership, ifb, alias)
-            )
+            change.intend(new, undo=lambda: _remove(sock, device, new.ownership, ifb, alias))
             sock.apply(result.actions, device)
             changes = f"kernel changes: {len(result.actions)}" if result.actions else "in place"
             request.log.info(f"shaping {want.describe()}; {changes}")
@@ -164,16 +159,12 @@ def add(request: Request) -> Result | None:
     return _report(_prev_result(request), placement, ifb_link, request.netns)
 
 
-def _remove(
-    sock: Rtnl, mode: str, device: Link | None, owned: Ownership, ifb: str, alias: str
-) -> None:
+def _remove(sock: Rtnl, device: Link | None, owned: Ownership, ifb: str, alias: str) -> None:
     """Take away what the attachment owns on `device` (None: gone) and its ifb."""
     from bandwidth import plan
-    from bandwidth.plan import Plan
 
-    empty = Plan(mode, device.name if device is not None else "")
     observed = sock.observe(device, ifb, ifb_qdisc=False)
-    result = plan.reconcile(empty, observed, owned, ifb=ifb, alias=alias)
+    result = plan.reconcile(plan.Plan(), observed, owned, ifb=ifb, alias=alias)
     sock.apply(result.actions, device)
 
 
@@ -210,7 +201,7 @@ def _teardown(kernel: Kernel, host: Rtnl, rec: Record | None, netns: str, ifname
     from common.netns import entered_if_present
 
     with ExitStack() as stack:
-        mode, sock, device = HOST, host, None
+        sock, device = host, None
         owned = rec.ownership if rec is not None else Ownership()
         netns = (rec.netns if rec is not None else "") or netns
         ctr = None
@@ -220,20 +211,20 @@ def _teardown(kernel: Kernel, host: Rtnl, rec: Record | None, netns: str, ifname
             if rec.mode == CONTAINER:
                 if ctr is None:
                     return  # gone with the netns: the ifb and the qdiscs lived there
-                mode, sock = CONTAINER, ctr
+                sock = ctr
             link = sock.link(rec.device)
             device = link if link is not None and link.index == rec.device_index else None
         elif ctr is not None:
             container_if = ctr.link(ifname)
             if container_if is not None and container_if.kind != "veth":
-                mode, sock, device = CONTAINER, ctr, container_if
+                sock, device = ctr, container_if
             elif container_if is not None and container_if.peer_index:
                 peer = host.link(index=container_if.peer_index)
                 if peer is not None and peer.peer_index == container_if.index:
                     device = peer
         if rec is None and sock.link(ifb) is None:
             return
-        _remove(sock, mode, device, owned, ifb, alias)
+        _remove(sock, device, owned, ifb, alias)
 
 
 def delete(request: Request) -> None:
