@@ -187,19 +187,19 @@ def _report(prev: Result, placement: Placement, ifb: Link | None, netns: str) ->
 # ---------------------------------------------------------------------------- DEL / GC
 
 
-def _teardown(kernel: Kernel, host: Rtnl, rec: Record | None, netns: str, ifname: str, *,
-              ifb: str, alias: str) -> None:  # fmt: skip
+def _teardown(kernel: Kernel, host: Rtnl, att: Attachment, rec: Record | None, netns: str) -> None:
     """Remove what one attachment owns; fine when some or all of it is already gone.
 
-    Where to look comes from the attachment's state file; without one (lost, or an
-    attachment made by upstream's plugin), from the container interface as ADD would.
-    Without one, the only things known to be the attachment's are the ifb named after it
-    and the redirect to that ifb: when there is no such ifb (an attachment that shaped
-    nothing, a second DEL) there is nothing to remove, found with link messages alone.
+    Where to look comes from its state file; without one (lost, or an attachment made by
+    upstream's plugin), from the container interface as ADD would, and then only the ifb
+    named after the attachment and the redirect to it are known to be its: when there is
+    no such ifb (an attachment that shaped nothing, a second DEL) nothing is removed,
+    found with link messages alone.
     """
     from bandwidth.plan import Ownership
     from common.netns import entered_if_present
 
+    ifb, alias = _names(att)
     with ExitStack() as stack:
         sock, device = host, None
         owned = rec.ownership if rec is not None else Ownership()
@@ -215,7 +215,7 @@ def _teardown(kernel: Kernel, host: Rtnl, rec: Record | None, netns: str, ifname
             link = sock.link(rec.device)
             device = link if link is not None and link.index == rec.device_index else None
         elif ctr is not None:
-            container_if = ctr.link(ifname)
+            container_if = ctr.link(att.ifname)
             if container_if is not None and container_if.kind != "veth":
                 sock, device = ctr, container_if
             elif container_if is not None and container_if.peer_index:
@@ -228,7 +228,7 @@ def _teardown(kernel: Kernel, host: Rtnl, rec: Record | None, netns: str, ifname
 
 
 def delete(request: Request) -> None:
-    ifb, alias = _names(request.attachment)
+    ifb = _names(request.attachment)[0]
     kernel = _kernel(request)
 
     def teardown(rec: Record | None) -> None:
@@ -237,7 +237,7 @@ def delete(request: Request) -> None:
         if rec is None and not any(kernel.has_device(ifb, ns) for ns in {"", request.netns}):
             return
         with kernel.rtnl() as host:
-            _teardown(kernel, host, rec, request.netns, request.ifname, ifb=ifb, alias=alias)
+            _teardown(kernel, host, request.attachment, rec, request.netns)
 
     _engine(request).delete(request.attachment, teardown)
 
@@ -254,8 +254,7 @@ def gc(request: Request) -> None:
     with kernel.rtnl() as host:
 
         def teardown(rec: Record) -> None:
-            alias = _names(rec.attachment)[1]
-            _teardown(kernel, host, rec, "", rec.ifname, ifb=rec.ifb, alias=alias)
+            _teardown(kernel, host, rec.attachment, rec, "")
 
         # Records nobody can use (damaged files; what they held cannot say whose) go too:
         # the ifbs they described are found by their aliases below.
