@@ -184,7 +184,7 @@ class SetTbf(Action):
 
 
 class DeleteRootQdisc(Action):
-    kind: str
+    pass
 
 
 class AddIngressQdisc(Action):
@@ -296,8 +296,7 @@ def _group_is_ours(group: _FilterGroup, ifb_index: int | None, live: frozenset[i
 
 def _group_is_wanted(group: _FilterGroup, ifb_index: int | None) -> bool:
     return (
-        ifb_index is not None
-        and group.prio == FILTER_PRIO
+        group.prio == FILTER_PRIO
         and group.protocol == ETH_P_ALL
         and len(group.rules) == 1
         and group.rules[0].match_all
@@ -355,47 +354,39 @@ def reconcile(
                     + "); redirecting all its traffic to the ifb would bypass them"
                 )
             wanted = [g for g in ours if _group_is_wanted(g, ifb_index)][:1]
-            for g in ours:
-                if g not in wanted:
-                    actions.append(DeleteFilters(parent, g.prio, g.protocol, g.kind))
+            stale = [g for g in ours if g not in wanted]
             if device.ingress is None:
                 actions.append(AddIngressQdisc())
                 ingress_owned = True
             if not wanted:
                 actions.append(AddRedirect(parent, ifb))
         else:
+            stale = ours
             ingress = device.ingress
-            drop_ingress = False
             if ingress is not None and ingress_owned and ingress.kind == "ingress":
                 if foreign or unread:
                     kept.append(f"ingress qdisc on {device.link.name}: others' filters use it")
                 else:
-                    drop_ingress = True
                     actions.append(DeleteIngressQdisc())
-            if not drop_ingress:  # the kernel deletes a qdisc's filters with it
-                for g in ours:
-                    actions.append(DeleteFilters(parent, g.prio, g.protocol, g.kind))
+                    stale = []  # the kernel deletes a qdisc's filters with it
             ingress_owned = False
+        actions += [DeleteFilters(parent, g.prio, g.protocol, g.kind) for g in stale]
 
         # -- the tbf on the device itself
         root = device.root
         root_ours = root is not None and root.kind == "tbf" and root.handle == TBF_HANDLE
         if plan.device_tbf is not None:
             # The kernel's own root qdiscs (noqueue, pfifo_fast, fq_codel, mq) have handle 0.
-            if root is None or root.handle == 0:
-                actions.append(SetTbf("", plan.device_tbf))
-            elif not root_ours:
+            if root is not None and root.handle != 0 and not root_ours:
                 conflicts.append(
                     f"{plan.device} already has root qdisc {root.describe()} that bandwidth "
                     "did not create; remove it or shape this attachment another way"
                 )
-            elif root.tbf != plan.device_tbf.params:
+            elif root is None or root.tbf != plan.device_tbf.params:
                 actions.append(SetTbf("", plan.device_tbf))
-            device_tbf_owned = True
-        else:
-            if device_tbf_owned and root is not None and root_ours:
-                actions.append(DeleteRootQdisc(root.kind))
-            device_tbf_owned = False
+        elif device_tbf_owned and root_ours:
+            actions.append(DeleteRootQdisc())
+        device_tbf_owned = plan.device_tbf is not None
 
     if conflicts:
         raise CniError(
