@@ -325,14 +325,10 @@ class Rtnl:
             if ifb_link is not None:
                 root = self._get_qdisc(ifb_link.index, TC_H_ROOT) if ifb_qdisc else None
                 ifb_state = IfbState(ifb_link, root)
-            targets = {f.redirect_to for f in state.filters} if state else set()
+            targets = {f.redirect_to for f in state.filters if f.redirect_to} if state else set()
             # A redirect to the ifb just read needs no lookup to know it is alive.
-            known = ifb_link.index if ifb_link is not None else None
-            live = frozenset(
-                t
-                for t in targets
-                if t is not None and (t == known or self.link(index=t) is not None)
-            )
+            known = {ifb_link.index} if ifb_link is not None else set()
+            live = frozenset(t for t in targets if t in known or self.link(index=t) is not None)
         except (NetlinkError, TimeoutError) as e:
             raise CniError(KERNEL_FAILURE, "reading links and qdiscs failed", str(e)) from None
         return Observed(state, ifb_state, live)

@@ -1,9 +1,8 @@
 """bandwidth's verbs: parse -> plan -> apply -> report, and DEL/CHECK/GC/STATUS from the
-same pieces (see plan.py for the reasoning, tc.py for the kernel side).
+same pieces (plan.py decides, tc.py talks to the kernel).
 
-Most attachments are not shaped, and an ADD of one passes prevResult through: this module
-imports only what that needs, and each verb the rest (the plan, the records) once it has
-something to do.
+Most attachments are not shaped, and an ADD of one passes prevResult through: each verb
+imports the plan, the records and the kernel side only once it has something to do.
 """
 
 from __future__ import annotations
