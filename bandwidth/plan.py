@@ -2,10 +2,8 @@
 
 `locate` decides where to shape (the host-side veth, or the container interface when it is
 not a veth), `build` turns the config into a `Plan`, `reconcile` lists the `Action`s that
-take the kernel from what it holds to the plan, and `differences` is CHECK, in words.
-ADD, a second ADD and DEL (an empty plan) all go through `reconcile`: a second ADD
-converges instead of failing with "file exists", DEL removes exactly what this attachment
-owns, and what someone else made is never changed (CONFLICT when the plan needs its place).
+take the kernel from what it holds to the plan (for ADD, a second ADD and DEL alike), and
+`differences` is CHECK, in words.
 """
 
 from __future__ import annotations

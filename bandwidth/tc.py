@@ -372,8 +372,7 @@ class Rtnl:
             # The kernel ignores IFLA_IFALIAS when it creates a link: set it afterwards.
             self._set_link(self._index(action.name), IFLA_IFALIAS=action.alias)
         elif isinstance(action, plan.UpdateIfb):
-            index = self._index(action.name)
-            self._set_link(index, IFLA_MTU=action.mtu, IFLA_IFALIAS=action.alias)
+            self._set_link(self._index(action.name), IFLA_MTU=action.mtu, IFLA_IFALIAS=action.alias)
         elif isinstance(action, plan.DeleteIfb):
             # By the ifindex it was observed (and found ours) at: ifindexes are not reused
             # soon, so this deletes that device or, when it is gone already, nothing.
@@ -383,8 +382,7 @@ class Rtnl:
             self.nl.request(msg, rtnl.RTM_DELLINK, tolerate=GONE)
         elif isinstance(action, plan.SetTbf):
             target = self._index(action.ifb) if action.ifb else device_index
-            tbf = action.tbf
-            options = tbf_options(tbf.rate, tbf.buffer, tbf.limit)
+            options = tbf_options(action.tbf.rate, action.tbf.buffer, action.tbf.limit)
             msg = self._tcmsg(target, TC_H_ROOT, TBF_HANDLE)
             msg["attrs"] = [["TCA_KIND", "tbf"], ["TCA_OPTIONS", options]]
             self.nl.request(msg, rtnl.RTM_NEWQDISC, rtnl.NLM_F_CREATE | rtnl.NLM_F_REPLACE)

@@ -202,7 +202,7 @@ def _teardown(kernel: Kernel, host: Rtnl, att: Attachment, rec: Record | None, n
     with ExitStack() as stack:
         sock, device = host, None
         owned = rec.ownership if rec is not None else Ownership()
-        netns = (rec.netns if rec is not None else "") or netns
+        netns = rec.netns if rec is not None else netns  # ADD always has one (CNI_NETNS)
         ctr = None
         if rec is None or rec.mode == CONTAINER:
             ctr = stack.enter_context(entered_if_present(netns, kernel.rtnl))
