@@ -111,10 +111,6 @@ class Plan(Value):
     ifb: IfbPlan | None = None
     notes: tuple[str, ...] = ()  # for the log: bursts that had to be clamped
 
-    @property
-    def empty(self) -> bool:
-        return self.device_tbf is None and self.ifb is None
-
     def describe(self) -> str:
         """For the log, in the container's directions: "ingress 8000 bit/s burst 1515
         bytes on veth1234, egress ... on ifb bwp... (fed by veth1234)"."""
@@ -255,9 +251,6 @@ class _FilterGroup(Value):
     protocol: int
     rules: tuple[Filter, ...]
 
-    def describe(self) -> str:
-        return f"{self.kind} filter prio {self.prio}"
-
 
 _UNREAD = "more, not read"  # what a device with more filters than are read has beyond them
 
@@ -348,7 +341,7 @@ def reconcile(
             if foreign or unread:
                 conflicts.append(
                     f"{plan.device} already has ingress filters bandwidth did not create ("
-                    + ", ".join([g.describe() for g in foreign] + unread)
+                    + ", ".join([f"{g.kind} filter prio {g.prio}" for g in foreign] + unread)
                     + "); redirecting all its traffic to the ifb would bypass them"
                 )
             wanted = [g for g in ours if _group_is_wanted(g, ifb_index)][:1]
@@ -445,8 +438,8 @@ def differences(plan: Plan, observed: Observed) -> list[str]:
     """CHECK: everything that differs from the plan; empty when the kernel matches."""
     out: list[str] = []
     device = observed.device
-    if device is None:
-        return [f"{plan.device}: device not found"] if not plan.empty else []
+    if device is None:  # CHECK observes the device it shapes, and only with something to shape
+        return [f"{plan.device}: device not found"]
     if plan.device_tbf is not None:
         out += _tbf_differences(plan.device, device.root, plan.device_tbf)
     if plan.ifb is not None:
