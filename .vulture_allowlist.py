@@ -40,9 +40,11 @@ _.scope
 _.nameservers
 _.domain
 
-# pyroute2 reads a message class's `nla_map` when it compiles the class (bandwidth/tc.py's
-# tbf options with the 64-bit rate attributes).
+# pyroute2 reads a message class's `nla_map` when it compiles the class, and calls the
+# method an entry names (bandwidth/tc.py's tc message: tbf options with the 64-bit rate
+# attributes, and `get_options`, which picks a kind's options class).
 _.nla_map
+_.get_options
 
 # cnichain's public API (docs/python-api.md) for users' tests: what only examples/ and
 # tests/ call, and the pytest plugin's fixtures, which pytest finds by name.

@@ -54,10 +54,13 @@ class Tbf(Value):
     def params(self) -> TbfParams:
         return TbfParams(self.rate, self.buffer, self.limit)
 
+    def rate_and_burst(self) -> str:
+        return f"{self.rate * 8} bit/s burst {self.burst} bytes"
+
     def describe(self) -> str:
         return (
-            f"tbf rate {self.rate * 8} bit/s burst {self.burst} bytes "
-            f"(buffer {self.buffer} ticks) limit {self.limit} bytes"
+            f"tbf rate {self.rate_and_burst()} (buffer {self.buffer} ticks) "
+            f"limit {self.limit} bytes"
         )
 
 
@@ -68,7 +71,9 @@ class Qdisc(Value):
     tbf: TbfParams | None = None
 
     def describe(self) -> str:
-        return f"{self.kind} {handle_text(self.handle)}"
+        """As tc names it, e.g. "htb 2:" (the handle's major:minor in hex)."""
+        major, minor = self.handle >> 16, self.handle & 0xFFFF
+        return f"{self.kind} {major:x}:" + (f"{minor:x}" if minor else "")
 
 
 class Filter(Value):
@@ -125,9 +130,3 @@ class Observed(Value):
     device: DeviceState | None
     ifb: IfbState | None
     live_indexes: frozenset[int] = frozenset()  # redirect targets alive
-
-
-def handle_text(handle: int) -> str:
-    """tc's "major:minor" notation (hex), e.g. 0x10000 -> "1:"."""
-    major, minor = handle >> 16, handle & 0xFFFF
-    return f"{major:x}:" + (f"{minor:x}" if minor else "")

@@ -2,10 +2,8 @@
 
 `locate` decides where to shape (the host-side veth, or the container interface when it is
 not a veth), `build` turns the config into a `Plan`, `reconcile` lists the `Action`s that
-take the kernel from what it holds to the plan, and `differences` is CHECK, in words.
-ADD, a second ADD and DEL (an empty plan) all go through `reconcile`: a second ADD
-converges instead of failing with "file exists", DEL removes exactly what this attachment
-owns, and what someone else made is never changed (CONFLICT when the plan needs its place).
+take the kernel from what it holds to the plan (for ADD, a second ADD and DEL alike), and
+`differences` is CHECK, in words.
 """
 
 from __future__ import annotations
@@ -105,17 +103,27 @@ class IfbPlan(Value):
 class Plan(Value):
     """The desired state. `device_tbf` shapes traffic leaving the device; the ifb's tbf
     shapes traffic arriving at it. On the host veth, leaving = container ingress; on the
-    container interface, leaving = container egress."""
+    container interface, leaving = container egress. `Plan()` shapes nothing (DEL's)."""
 
-    mode: str
-    device: str
+    mode: str = HOST
+    device: str = ""
     device_tbf: Tbf | None = None
     ifb: IfbPlan | None = None
     notes: tuple[str, ...] = ()  # for the log: bursts that had to be clamped
 
-    @property
-    def empty(self) -> bool:
-        return self.device_tbf is None and self.ifb is None
+    def describe(self) -> str:
+        """For the log, in the container's directions: "ingress 8000 bit/s burst 1515
+        bytes on veth1234, egress ... on ifb bwp... (fed by veth1234)"."""
+        leaving, arriving = ("ingress", "egress") if self.mode == HOST else ("egress", "ingress")
+        shaped = []
+        if self.device_tbf is not None:
+            shaped.append(f"{leaving} {self.device_tbf.rate_and_burst()} on {self.device}")
+        if self.ifb is not None:
+            shaped.append(
+                f"{arriving} {self.ifb.tbf.rate_and_burst()} on ifb {self.ifb.name} "
+                f"(fed by {self.device})"
+            )
+        return ", ".join(shaped)
 
 
 def build(cfg: BandwidthConfig, placement: Placement, ifb: str, alias: str, psched: Psched) -> Plan:
@@ -124,21 +132,18 @@ def build(cfg: BandwidthConfig, placement: Placement, ifb: str, alias: str, psch
 
     device = placement.device
     if placement.mode == HOST:
-        leaving, arriving = cfg.ingress, cfg.egress
-        where = f"host veth {device.name}"
+        leaving, arriving, where = cfg.ingress, cfg.egress, f"host veth {device.name}"
     else:
-        leaving, arriving = cfg.egress, cfg.ingress
-        where = f"container interface {device.name}"
-    notes: list[str] = []
-    device_tbf = ifb_plan = None
-    if leaving is not None:
-        device_tbf, note = make_tbf(leaving, device.mtu, where, psched)
-        notes += [note] if note else []
-    if arriving is not None:
-        tbf, note = make_tbf(arriving, device.mtu, where, psched)
-        notes += [note] if note else []
-        ifb_plan = IfbPlan(ifb, device.mtu, alias, tbf)
-    return Plan(placement.mode, device.name, device_tbf, ifb_plan, tuple(notes))
+        leaving, arriving, where = cfg.egress, cfg.ingress, f"container interface {device.name}"
+    device_tbf, leaving_note = (
+        make_tbf(leaving, device.mtu, where, psched) if leaving else (None, "")
+    )
+    ifb_tbf, arriving_note = (
+        make_tbf(arriving, device.mtu, where, psched) if arriving else (None, "")
+    )
+    ifb_plan = IfbPlan(ifb, device.mtu, alias, ifb_tbf) if ifb_tbf is not None else None
+    notes = tuple(note for note in (leaving_note, arriving_note) if note)
+    return Plan(placement.mode, device.name, device_tbf, ifb_plan, notes)
 
 
 # ---------------------------------------------------------------------------- actions
@@ -173,7 +178,7 @@ class SetTbf(Action):
 
 
 class DeleteRootQdisc(Action):
-    kind: str
+    pass
 
 
 class AddIngressQdisc(Action):
@@ -246,9 +251,6 @@ class _FilterGroup(Value):
     protocol: int
     rules: tuple[Filter, ...]
 
-    def describe(self) -> str:
-        return f"{self.kind} filter prio {self.prio}"
-
 
 _UNREAD = "more, not read"  # what a device with more filters than are read has beyond them
 
@@ -257,18 +259,16 @@ def _groups(device: DeviceState) -> tuple[list[_FilterGroup], list[_FilterGroup]
     """(whole groups, the group the read stopped in): when the hook held more filters
     than were read (`complete` false), the group of the last entry read may go on beyond
     it, so it is not judged by the part seen (it is someone else's, as what follows)."""
-    by_prio: dict[tuple[int, str, int], list[Filter]] = {}
+    by_key: dict[tuple[int, str, int], list[Filter]] = {}
     for f in device.filters:
-        by_prio.setdefault((f.prio, f.kind, f.protocol), []).append(f)
-    cut = None
-    if not device.complete and device.filters:
-        last = device.filters[-1]
-        cut = (last.prio, last.kind, last.protocol)
+        by_key.setdefault((f.prio, f.kind, f.protocol), []).append(f)
+    last = device.filters[-1] if device.filters and not device.complete else None
+    cut = (last.prio, last.kind, last.protocol) if last is not None else None
     whole: list[_FilterGroup] = []
     partial: list[_FilterGroup] = []
-    for (prio, kind, proto), fs in sorted(by_prio.items()):
-        group = _FilterGroup(prio, kind, proto, tuple(f for f in fs if f.is_rule))
-        (partial if (prio, kind, proto) == cut else whole).append(group)
+    for key, fs in sorted(by_key.items()):
+        group = _FilterGroup(*key, tuple(f for f in fs if f.is_rule))
+        (partial if key == cut else whole).append(group)
     return whole, partial
 
 
@@ -287,8 +287,7 @@ def _group_is_ours(group: _FilterGroup, ifb_index: int | None, live: frozenset[i
 
 def _group_is_wanted(group: _FilterGroup, ifb_index: int | None) -> bool:
     return (
-        ifb_index is not None
-        and group.prio == FILTER_PRIO
+        group.prio == FILTER_PRIO
         and group.protocol == ETH_P_ALL
         and len(group.rules) == 1
         and group.rules[0].match_all
@@ -307,31 +306,28 @@ def reconcile(
     actions: list[Action] = []
     kept: list[str] = []
     conflicts: list[str] = []
-    ifb_ours = _ifb_is_ours(observed.ifb, alias)
-    ifb_index = observed.ifb.link.index if ifb_ours and observed.ifb else None
+    ours_ifb = observed.ifb if _ifb_is_ours(observed.ifb, alias) else None
+    ifb_index = ours_ifb.link.index if ours_ifb is not None else None
     device_tbf_owned, ingress_owned = owned.device_tbf, owned.ingress_qdisc
 
     # -- the ifb
     if plan.ifb is not None:
-        if observed.ifb is None:
+        link = observed.ifb.link if observed.ifb is not None else None
+        if link is None:
             actions.append(CreateIfb(ifb, plan.ifb.mtu, plan.ifb.alias))
-            actions.append(SetTbf(ifb, plan.ifb.tbf))
-        elif not ifb_ours:
-            link = observed.ifb.link
+        elif ours_ifb is None:
             conflicts.append(
                 f"ifb {link.name} belongs to {link.alias!r}"
                 if link.kind == "ifb"
                 else f"a {link.kind or 'non-ifb'} device named {link.name} exists"
             )
-        else:
-            link = observed.ifb.link
-            if link.mtu != plan.ifb.mtu or link.alias != plan.ifb.alias or not link.up:
-                actions.append(UpdateIfb(ifb, plan.ifb.mtu, plan.ifb.alias))
-            root = observed.ifb.root
-            if root is None or root.tbf != plan.ifb.tbf.params or root.handle != TBF_HANDLE:
-                actions.append(SetTbf(ifb, plan.ifb.tbf))
-    elif ifb_ours and observed.ifb is not None:
-        actions.append(DeleteIfb(ifb, observed.ifb.link.index))
+        elif (link.mtu, link.alias, link.up) != (plan.ifb.mtu, plan.ifb.alias, True):
+            actions.append(UpdateIfb(ifb, plan.ifb.mtu, plan.ifb.alias))
+        root = observed.ifb.root if observed.ifb is not None else None
+        if root is None or root.tbf != plan.ifb.tbf.params or root.handle != TBF_HANDLE:
+            actions.append(SetTbf(ifb, plan.ifb.tbf))
+    elif ours_ifb is not None:
+        actions.append(DeleteIfb(ifb, ours_ifb.link.index))
 
     device = observed.device
     if device is not None:
@@ -345,51 +341,43 @@ def reconcile(
             if foreign or unread:
                 conflicts.append(
                     f"{plan.device} already has ingress filters bandwidth did not create ("
-                    + ", ".join([g.describe() for g in foreign] + unread)
+                    + ", ".join([f"{g.kind} filter prio {g.prio}" for g in foreign] + unread)
                     + "); redirecting all its traffic to the ifb would bypass them"
                 )
             wanted = [g for g in ours if _group_is_wanted(g, ifb_index)][:1]
-            for g in ours:
-                if g not in wanted:
-                    actions.append(DeleteFilters(parent, g.prio, g.protocol, g.kind))
+            stale = [g for g in ours if g not in wanted]
             if device.ingress is None:
                 actions.append(AddIngressQdisc())
                 ingress_owned = True
             if not wanted:
                 actions.append(AddRedirect(parent, ifb))
         else:
+            stale = ours
             ingress = device.ingress
-            drop_ingress = False
             if ingress is not None and ingress_owned and ingress.kind == "ingress":
                 if foreign or unread:
                     kept.append(f"ingress qdisc on {device.link.name}: others' filters use it")
                 else:
-                    drop_ingress = True
                     actions.append(DeleteIngressQdisc())
-            if not drop_ingress:  # the kernel deletes a qdisc's filters with it
-                for g in ours:
-                    actions.append(DeleteFilters(parent, g.prio, g.protocol, g.kind))
+                    stale = []  # the kernel deletes a qdisc's filters with it
             ingress_owned = False
+        actions += [DeleteFilters(parent, g.prio, g.protocol, g.kind) for g in stale]
 
         # -- the tbf on the device itself
         root = device.root
         root_ours = root is not None and root.kind == "tbf" and root.handle == TBF_HANDLE
         if plan.device_tbf is not None:
             # The kernel's own root qdiscs (noqueue, pfifo_fast, fq_codel, mq) have handle 0.
-            if root is None or root.handle == 0:
-                actions.append(SetTbf("", plan.device_tbf))
-            elif not root_ours:
+            if root is not None and root.handle != 0 and not root_ours:
                 conflicts.append(
                     f"{plan.device} already has root qdisc {root.describe()} that bandwidth "
                     "did not create; remove it or shape this attachment another way"
                 )
-            elif root.tbf != plan.device_tbf.params:
+            elif root is None or root.tbf != plan.device_tbf.params:
                 actions.append(SetTbf("", plan.device_tbf))
-            device_tbf_owned = True
-        else:
-            if device_tbf_owned and root is not None and root_ours:
-                actions.append(DeleteRootQdisc(root.kind))
-            device_tbf_owned = False
+        elif device_tbf_owned and root_ours:
+            actions.append(DeleteRootQdisc())
+        device_tbf_owned = plan.device_tbf is not None
 
     if conflicts:
         raise CniError(
@@ -450,8 +438,8 @@ def differences(plan: Plan, observed: Observed) -> list[str]:
     """CHECK: everything that differs from the plan; empty when the kernel matches."""
     out: list[str] = []
     device = observed.device
-    if device is None:
-        return [f"{plan.device}: device not found"] if not plan.empty else []
+    if device is None:  # CHECK observes the device it shapes, and only with something to shape
+        return [f"{plan.device}: device not found"]
     if plan.device_tbf is not None:
         out += _tbf_differences(plan.device, device.root, plan.device_tbf)
     if plan.ifb is not None:

@@ -3,9 +3,8 @@ created there.
 
 The kernel alone cannot tell DEL whether the ingress qdisc on a host veth was made by us
 or was already there (someone else's, to be kept), nor which device was shaped once the
-prevResult is gone. The store (common.store) keeps one Record per attachment, under
-<state root>/bandwidth/. The ifb additionally carries its owner in its alias, so GC still
-finds leftovers when a state file is lost.
+prevResult is gone. The ifb also names its owner in its alias, so GC still finds
+leftovers when a state file is lost.
 """
 
 from __future__ import annotations

@@ -1,14 +1,11 @@
 """tbf arithmetic: from a configured rate and burst to the numbers the kernel stores (pure).
 
-tbf keeps the burst not in bytes but as `buffer`, the time the burst takes at the rate, in
-psched ticks, in a 32-bit field; its queue `limit` is a 32-bit byte count (upstream's
-rate x 25 ms + burst). The buffer is computed exactly the way pyroute2 computes it from a
-burst (`calc_xmittime`), so that CHECK can compare the kernel's value with ours exactly.
-
-Where upstream sends the kernel something that cannot work (a burst whose transmit time
-overflows the buffer, a burst smaller than one frame, a queue limit above 32 bits), we
-adjust and log (`note`); a rate at which no burst passes one full frame stays an error.
-The cases and their figures: docs/bandwidth.md#configuration.
+tbf keeps the burst as `buffer`, its transmit time at the rate in psched ticks (32 bits),
+computed as pyroute2 does (`calc_xmittime`) so that CHECK compares exactly; its queue
+`limit` is a 32-bit byte count (upstream's rate x 25 ms + burst). What upstream sends that
+cannot work (a buffer overflowing 32 bits, a burst below one frame, a limit above 32 bits)
+is adjusted and logged; a rate at which no burst passes a full frame is an error
+(docs/bandwidth.md#configuration).
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """The one place bandwidth talks to the kernel: links, qdiscs and filters.
 
-`Kernel` is the port the verbs are handed: it opens an `Rtnl` in a network namespace.
-`Rtnl` reads the kernel of one network namespace into the values of `bandwidth.model`
-(`observe`) and carries out the actions of a `plan.reconcile` (`apply`), deciding nothing.
-pyroute2's `ifinfmsg` / `tcmsg` and tc modules encode and decode the messages (tbf rate
-tables, u32 selectors, mirred actions): the tc kinds are bandwidth's alone (`tc_modules`);
-`common.rtnl` carries the messages.
+`Kernel`, the port the verbs are handed, opens an `Rtnl` in a network namespace, which
+reads it into `bandwidth.model` values (`observe`) and carries out the actions of a
+`plan.reconcile` (`apply`), deciding nothing. pyroute2's message classes encode and
+decode; `common.rtnl` carries the messages.
 """
 
 from __future__ import annotations
@@ -74,7 +72,6 @@ TBF_OPTIONS = (
     (7, "TCA_TBF_PBURST", "uint32"),
     (8, "TCA_TBF_PAD", "hex"),
 )
-_tcmsg_class: Any = None
 _tc_modules: SimpleNamespace | None = None
 
 
@@ -91,15 +88,11 @@ def read_psched(path: str = PSCHED) -> Psched:
 
 
 def tc_modules() -> SimpleNamespace:
-    """A tc message class (`tcmsg`) and pyroute2's `sched_tbf` and `cls_u32` modules.
-
-    pyroute2's `tcmsg` package imports all of its qdisc and classifier modules (hfsc,
-    cake, bpf, ... with `dataclasses` and `inspect`) to look a kind's options up in one
-    table. bandwidth sends and reads only tbf and ingress qdiscs and u32 filters (with
-    their actions): this loads those modules without the package's __init__, and the
-    class below looks options up among them. Any other kind (someone else's fq_codel,
-    a foreign flower filter) keeps its options undecoded, which is all a reader of them
-    here needs: their kind, handle and parent."""
+    """A tc message class (`tcmsg`) and pyroute2's `cls_u32` module, loaded without the
+    `tcmsg` package's __init__, which imports every qdisc and classifier module pyroute2
+    has (with `dataclasses` and `inspect`). The class decodes the options of the kinds
+    bandwidth sends (tbf, ingress, u32); any other kind's stay undecoded: of someone
+    else's qdisc or filter only its kind, handle and parent are read."""
     global _tc_modules
     if _tc_modules is not None:
         return _tc_modules
@@ -109,7 +102,14 @@ def tc_modules() -> SimpleNamespace:
     from pyroute2.netlink import nlmsg
     from pyroute2.netlink.rtnl.tcmsg import cls_u32, sched_ingress, sched_tbf, sched_template
 
-    kinds = {"tbf": sched_tbf, "ingress": sched_ingress, "u32": cls_u32}
+    class TbfOptions(sched_tbf.options):  # type: ignore[misc,name-defined]
+        # A subclass, so that other users of pyroute2 in the process see sched_tbf
+        # unchanged. pyroute2 compiles a class's nla_map once and flags it in this
+        # (name-mangled) attribute, which a subclass would inherit: compile ours separately.
+        _nlmsg_base__compiled_nla = False
+        nla_map = TBF_OPTIONS
+
+    options = {"tbf": TbfOptions, "ingress": sched_ingress.options, "u32": cls_u32.options}
 
     class TcMsg(nlmsg):  # type: ignore[misc,valid-type]
         """struct tcmsg (linux/rtnetlink.h) with its attributes (TCA_*)."""
@@ -132,40 +132,10 @@ def tc_modules() -> SimpleNamespace:
         @staticmethod
         def get_options(msg: Any, *args: Any, **kwargs: Any) -> Any:
             # Called with the message being decoded (or encoded): the class for its options.
-            options = getattr(kinds.get(msg.get_attr("TCA_KIND")), "options", None)
-            return options if options is not None else sched_template.options
+            return options.get(msg.get_attr("TCA_KIND"), sched_template.options)
 
-    _tc_modules = SimpleNamespace(tcmsg=TcMsg, sched_tbf=sched_tbf, cls_u32=cls_u32)
+    _tc_modules = SimpleNamespace(tcmsg=TcMsg, cls_u32=cls_u32)
     return _tc_modules
-
-
-def tcmsg_class(m: Any) -> Any:
-    """pyroute2's `tcmsg`, except that a tbf's options also know the 64-bit attributes.
-
-    A subclass, so that other users of pyroute2 in the process see its classes unchanged.
-    """
-    global _tcmsg_class
-    if _tcmsg_class is not None:
-        return _tcmsg_class
-    base_tcmsg, base_tbf = m.tcmsg, m.sched_tbf.options
-
-    class TbfOptions(base_tbf):  # type: ignore[misc,valid-type]
-        # pyroute2 compiles a class's nla_map once and flags it in this (name-mangled)
-        # attribute, which a subclass would inherit: compile ours separately.
-        _nlmsg_base__compiled_nla = False
-        nla_map = TBF_OPTIONS
-
-    class TcMsg(base_tcmsg):  # type: ignore[misc,valid-type]
-        _nlmsg_base__compiled_nla = False
-
-        @staticmethod
-        def get_options(msg: Any, *args: Any, **kwargs: Any) -> Any:
-            if msg.get_attr("TCA_KIND") == "tbf":
-                return TbfOptions
-            return base_tcmsg.get_options(msg, *args, **kwargs)
-
-    _tcmsg_class = TcMsg
-    return TcMsg
 
 
 def tbf_options(rate: int, buffer: int, limit: int) -> dict[str, Any]:
@@ -262,25 +232,18 @@ def _filter(msg: Any) -> Filter:
 
 
 class Kernel:
-    """bandwidth's kernel port: an `Rtnl` in a network namespace, and whether a device is
-    there, are all the verbs ask of the kernel (pyroute2 encodes and decodes every
-    message on this side of the port)."""
+    """bandwidth's kernel port (`bandwidth.ports.Kernel`) on the host."""
 
     def rtnl(self, netns: str = "") -> Rtnl:
-        """An rtnetlink socket in the netns at path `netns` ("" = the one we run in), for
-        link messages until its first tc message: pyroute2's tc modules cost more than
-        the rest of a call, and a DEL that finds nothing to remove (a second DEL, an
-        attachment that shaped nothing) sends no tc message."""
+        """pyroute2's tc modules load with its first tc message: they cost more than the
+        rest of a call, and a DEL that finds nothing to remove sends none."""
         return Rtnl(RtnlSocket(netns=netns))
 
     def has_device(self, name: str, netns: str = "") -> bool:
-        """Whether the netns at `netns` ("": ours) has a device named `name`, asked with the
-        ioctl that if_nametoindex(3) makes rather than rtnetlink: a DEL without a record
-        learns this way that there is no ifb to remove before it loads pyroute2's message
-        classes, which cost more than the rest of such a call. The ioctl goes to the netns of
-        the socket it is made on (a netlink one: no other kind is opened here). A netns that
-        cannot be entered has nothing (as DEL's `entered_if_present` sees it); any answer but
-        "no such device" is True, and rtnetlink then looks."""
+        """Asked with the ioctl if_nametoindex(3) makes: a DEL without a record learns that
+        there is no ifb to remove before it loads pyroute2's message classes, which cost
+        more than the rest of such a call. The ioctl goes to the netns of the socket it is
+        made on. Any answer but "no such device" is True, and rtnetlink then looks."""
         import fcntl
         import struct
 
@@ -316,22 +279,18 @@ class Rtnl:
     def __exit__(self, *_: object) -> None:
         self.nl.close()
 
-    def _tc(self) -> Any:
-        """pyroute2's tc modules, loaded by the first tc message."""
-        return tc_modules()
-
     def _tcmsg(self, index: int, parent: int = 0, handle: int = 0, info: int = 0) -> Any:
-        msg = tcmsg_class(self._tc())()
+        msg = tc_modules().tcmsg()  # pyroute2's tc modules load with the first tc message
         msg["index"], msg["parent"], msg["handle"], msg["info"] = index, parent, handle, info
         return msg
 
     # -- reading
 
-    def link(self, name: str = "", index: int | None = 0) -> Link | None:
+    def link(self, name: str = "", index: int = 0) -> Link | None:
         """The device named `name`, or else the one with ifindex `index`."""
-        if not name and (index or 0) <= 0:  # e.g. a mirred action whose target was deleted
+        if not name and index <= 0:  # e.g. a mirred action whose target was deleted
             return None
-        found = self.nl.link(name, index or 0)
+        found = self.nl.link(name, index)
         return _link(found) if found is not None else None
 
     def links(self) -> list[Link]:
@@ -366,14 +325,10 @@ class Rtnl:
             if ifb_link is not None:
                 root = self._get_qdisc(ifb_link.index, TC_H_ROOT) if ifb_qdisc else None
                 ifb_state = IfbState(ifb_link, root)
-            targets = {f.redirect_to for f in state.filters} if state else set()
+            targets = {f.redirect_to for f in state.filters if f.redirect_to} if state else set()
             # A redirect to the ifb just read needs no lookup to know it is alive.
-            known = ifb_link.index if ifb_link is not None else None
-            live = frozenset(
-                t
-                for t in targets
-                if t is not None and (t == known or self.link(index=t) is not None)
-            )
+            known = {ifb_link.index} if ifb_link is not None else set()
+            live = frozenset(t for t in targets if t in known or self.link(index=t) is not None)
         except (NetlinkError, TimeoutError) as e:
             raise CniError(KERNEL_FAILURE, "reading links and qdiscs failed", str(e)) from None
         return Observed(state, ifb_state, live)
@@ -403,6 +358,8 @@ class Rtnl:
         self.nl.request(msg, rtnl.RTM_NEWLINK)
 
     def _apply_one(self, action: plan.Action, device: Link | None) -> None:
+        # reconcile plans changes of the device only when it observed one (`device`)
+        device_index = device.index if device is not None else 0
         if isinstance(action, plan.CreateIfb):
             self.indexes.pop(action.name, None)
             msg = self.m.ifinfmsg()
@@ -415,8 +372,7 @@ class Rtnl:
             # The kernel ignores IFLA_IFALIAS when it creates a link: set it afterwards.
             self._set_link(self._index(action.name), IFLA_IFALIAS=action.alias)
         elif isinstance(action, plan.UpdateIfb):
-            index = self._index(action.name)
-            self._set_link(index, IFLA_MTU=action.mtu, IFLA_IFALIAS=action.alias)
+            self._set_link(self._index(action.name), IFLA_MTU=action.mtu, IFLA_IFALIAS=action.alias)
         elif isinstance(action, plan.DeleteIfb):
             # By the ifindex it was observed (and found ours) at: ifindexes are not reused
             # soon, so this deletes that device or, when it is gone already, nothing.
@@ -425,42 +381,35 @@ class Rtnl:
             msg["index"] = action.index
             self.nl.request(msg, rtnl.RTM_DELLINK, tolerate=GONE)
         elif isinstance(action, plan.SetTbf):
-            target = self._index(action.ifb) if action.ifb else _need(device).index
-            tbf = action.tbf
-            options = tbf_options(tbf.rate, tbf.buffer, tbf.limit)
+            target = self._index(action.ifb) if action.ifb else device_index
+            options = tbf_options(action.tbf.rate, action.tbf.buffer, action.tbf.limit)
             msg = self._tcmsg(target, TC_H_ROOT, TBF_HANDLE)
             msg["attrs"] = [["TCA_KIND", "tbf"], ["TCA_OPTIONS", options]]
             self.nl.request(msg, rtnl.RTM_NEWQDISC, rtnl.NLM_F_CREATE | rtnl.NLM_F_REPLACE)
         elif isinstance(action, plan.DeleteRootQdisc):
-            msg = self._tcmsg(_need(device).index, TC_H_ROOT)
+            msg = self._tcmsg(device_index, TC_H_ROOT)
             self.nl.request(msg, rtnl.RTM_DELQDISC, tolerate=GONE)
         elif isinstance(action, plan.AddIngressQdisc):
-            msg = self._tcmsg(_need(device).index, TC_H_INGRESS, INGRESS_HANDLE)
+            msg = self._tcmsg(device_index, TC_H_INGRESS, INGRESS_HANDLE)
             msg["attrs"] = [["TCA_KIND", "ingress"]]
             self.nl.request(msg, rtnl.RTM_NEWQDISC, CREATE, tolerate=(errno.EEXIST,))
         elif isinstance(action, plan.DeleteIngressQdisc):
-            msg = self._tcmsg(_need(device).index, TC_H_INGRESS, INGRESS_HANDLE)
+            msg = self._tcmsg(device_index, TC_H_INGRESS, INGRESS_HANDLE)
             self.nl.request(msg, rtnl.RTM_DELQDISC, tolerate=GONE)
         elif isinstance(action, plan.DeleteFilters):
             info = (action.prio << 16) | htons(action.protocol)
-            msg = self._tcmsg(_need(device).index, action.parent, info=info)
+            msg = self._tcmsg(device_index, action.parent, info=info)
             self.nl.request(msg, rtnl.RTM_DELTFILTER, tolerate=GONE)
         elif isinstance(action, plan.AddRedirect):
             redirect = {"kind": "mirred", "direction": "egress", "action": "redirect",
                         "ifindex": self._index(action.ifb)}  # fmt: skip
-            options = self._tc().cls_u32.get_parameters(
+            options = tc_modules().cls_u32.get_parameters(
                 {"target": FLOW_ID, "keys": MATCH_ALL, "action": redirect}
             )
             info = (FILTER_PRIO << 16) | htons(ETH_P_ALL)
-            msg = self._tcmsg(_need(device).index, action.parent, info=info)
+            msg = self._tcmsg(device_index, action.parent, info=info)
             msg["attrs"] = [["TCA_KIND", "u32"], ["TCA_OPTIONS", options]]
             self.nl.request(msg, rtnl.RTM_NEWTFILTER, CREATE)
-
-
-def _need(device: Link | None) -> Link:
-    if device is None:  # reconcile never asks for device actions without a device
-        raise CniError(KERNEL_FAILURE, "no device to configure")
-    return device
 
 
 def netlink_answers() -> None:

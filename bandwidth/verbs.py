@@ -1,9 +1,8 @@
 """bandwidth's verbs: parse -> plan -> apply -> report, and DEL/CHECK/GC/STATUS from the
-same pieces (see plan.py for the reasoning, tc.py for the kernel side).
+same pieces (plan.py decides, tc.py talks to the kernel).
 
-Most attachments are not shaped, and an ADD of one passes prevResult through: this module
-imports only what that needs, and each verb the rest (the plan, the records) once it has
-something to do.
+Most attachments are not shaped, and an ADD of one passes prevResult through: each verb
+imports the plan, the records and the kernel side only once it has something to do.
 """
 
 from __future__ import annotations
@@ -35,12 +34,10 @@ if TYPE_CHECKING:
 
 def _kernel(request: Request) -> Kernel:
     """The kernel port the request was handed, else the real kernel's."""
-    if request.kernel is not None:
-        kernel: Kernel = request.kernel
-        return kernel
     from bandwidth import tc
 
-    return tc.Kernel()
+    kernel: Kernel = request.kernel or tc.Kernel()
+    return kernel
 
 
 def _engine(request: Request) -> Engine[Record]:
@@ -51,11 +48,10 @@ def _engine(request: Request) -> Engine[Record]:
 
 
 def _lock_key(attachment: Attachment) -> str:
-    """Whose calls exclude each other: an attachment's objects are its device's qdiscs
-    and filters and its ifb, named after the network and container (`_names`), so two
-    interfaces of one container on one network share a lock; every other attachment's
-    ADD and DEL run beside them (a container that made its own device slow to read
-    holds up no one else's call). GC takes the store's lock alone."""
+    """Whose calls exclude each other: the ifb is named after the network and container
+    (`_names`), so two interfaces of one container on one network share a lock; every
+    other attachment's ADD and DEL run beside them (a container that made its own device
+    slow to read holds up no one else's call)."""
     return f"{attachment.network}/{attachment.container_id}"
 
 
@@ -72,9 +68,7 @@ def _prev_result(request: Request) -> Result:
 def _locate_and_plan(
     request: Request, cfg: config.BandwidthConfig, stack: ExitStack, gone: int = INVALID_CONFIG
 ) -> tuple[Placement, Plan, Rtnl]:
-    """Open the sockets, find where to shape, build the plan: shared by ADD and CHECK.
-    Returns the placement, the plan and the socket of the netns where it is shaped.
-
+    """ADD's and CHECK's start: where to shape, the plan, and the socket of that netns.
     `gone`: the code when the interface is not there; for ADD a config error (nothing
     to shape yet), for CHECK a finding (what was shaped went away, e.g. with its netns)."""
     from bandwidth import plan, tc
@@ -156,26 +150,20 @@ def add(request: Request) -> Result | None:
             )
             # Undone as a whole, also what a previous ADD made (e.g. the tbf on the host
             # veth): the record says all of it is this attachment's.
-            change.intend(
-                new, undo=lambda: _remove(sock, placement.mode, device, new.ownership, ifb, alias)
-            )
+            change.intend(new, undo=lambda: _remove(sock, device, new.ownership, ifb, alias))
             sock.apply(result.actions, device)
-            done = ", ".join(type(a).__name__ for a in result.actions) or "nothing to change"
-            request.log.info(f"shaping on {placement.mode} device {device.name}: {done}")
+            changes = f"kernel changes: {len(result.actions)}" if result.actions else "in place"
+            request.log.info(f"shaping {want.describe()}; {changes}")
         ifb_link = sock.link(ifb) if want.ifb is not None else None
     return _report(_prev_result(request), placement, ifb_link, request.netns)
 
 
-def _remove(
-    sock: Rtnl, mode: str, device: Link | None, owned: Ownership, ifb: str, alias: str
-) -> None:
+def _remove(sock: Rtnl, device: Link | None, owned: Ownership, ifb: str, alias: str) -> None:
     """Take away what the attachment owns on `device` (None: gone) and its ifb."""
     from bandwidth import plan
-    from bandwidth.plan import Plan
 
-    empty = Plan(mode, device.name if device is not None else "")
     observed = sock.observe(device, ifb, ifb_qdisc=False)
-    result = plan.reconcile(empty, observed, owned, ifb=ifb, alias=alias)
+    result = plan.reconcile(plan.Plan(), observed, owned, ifb=ifb, alias=alias)
     sock.apply(result.actions, device)
 
 
@@ -198,23 +186,23 @@ def _report(prev: Result, placement: Placement, ifb: Link | None, netns: str) ->
 # ---------------------------------------------------------------------------- DEL / GC
 
 
-def _teardown(kernel: Kernel, host: Rtnl, rec: Record | None, netns: str, ifname: str, *,
-              ifb: str, alias: str) -> None:  # fmt: skip
+def _teardown(kernel: Kernel, host: Rtnl, att: Attachment, rec: Record | None, netns: str) -> None:
     """Remove what one attachment owns; fine when some or all of it is already gone.
 
-    Where to look comes from the attachment's state file; without one (lost, or an
-    attachment made by upstream's plugin), from the container interface as ADD would.
-    Without one, the only things known to be the attachment's are the ifb named after it
-    and the redirect to that ifb: when there is no such ifb (an attachment that shaped
-    nothing, a second DEL) there is nothing to remove, found with link messages alone.
+    Where to look comes from its state file; without one (lost, or an attachment made by
+    upstream's plugin), from the container interface as ADD would, and then only the ifb
+    named after the attachment and the redirect to it are known to be its: when there is
+    no such ifb (an attachment that shaped nothing, a second DEL) nothing is removed,
+    found with link messages alone.
     """
     from bandwidth.plan import Ownership
     from common.netns import entered_if_present
 
+    ifb, alias = _names(att)
     with ExitStack() as stack:
-        mode, sock, device = HOST, host, None
+        sock, device = host, None
         owned = rec.ownership if rec is not None else Ownership()
-        netns = (rec.netns if rec is not None else "") or netns
+        netns = rec.netns if rec is not None else netns  # ADD always has one (CNI_NETNS)
         ctr = None
         if rec is None or rec.mode == CONTAINER:
             ctr = stack.enter_context(entered_if_present(netns, kernel.rtnl))
@@ -222,24 +210,24 @@ def _teardown(kernel: Kernel, host: Rtnl, rec: Record | None, netns: str, ifname
             if rec.mode == CONTAINER:
                 if ctr is None:
                     return  # gone with the netns: the ifb and the qdiscs lived there
-                mode, sock = CONTAINER, ctr
+                sock = ctr
             link = sock.link(rec.device)
             device = link if link is not None and link.index == rec.device_index else None
         elif ctr is not None:
-            container_if = ctr.link(ifname)
+            container_if = ctr.link(att.ifname)
             if container_if is not None and container_if.kind != "veth":
-                mode, sock, device = CONTAINER, ctr, container_if
+                sock, device = ctr, container_if
             elif container_if is not None and container_if.peer_index:
                 peer = host.link(index=container_if.peer_index)
                 if peer is not None and peer.peer_index == container_if.index:
                     device = peer
         if rec is None and sock.link(ifb) is None:
             return
-        _remove(sock, mode, device, owned, ifb, alias)
+        _remove(sock, device, owned, ifb, alias)
 
 
 def delete(request: Request) -> None:
-    ifb, alias = _names(request.attachment)
+    ifb = _names(request.attachment)[0]
     kernel = _kernel(request)
 
     def teardown(rec: Record | None) -> None:
@@ -248,7 +236,7 @@ def delete(request: Request) -> None:
         if rec is None and not any(kernel.has_device(ifb, ns) for ns in {"", request.netns}):
             return
         with kernel.rtnl() as host:
-            _teardown(kernel, host, rec, request.netns, request.ifname, ifb=ifb, alias=alias)
+            _teardown(kernel, host, request.attachment, rec, request.netns)
 
     _engine(request).delete(request.attachment, teardown)
 
@@ -265,8 +253,7 @@ def gc(request: Request) -> None:
     with kernel.rtnl() as host:
 
         def teardown(rec: Record) -> None:
-            alias = _names(rec.attachment)[1]
-            _teardown(kernel, host, rec, "", rec.ifname, ifb=rec.ifb, alias=alias)
+            _teardown(kernel, host, rec.attachment, rec, "")
 
         # Records nobody can use (damaged files; what they held cannot say whose) go too:
         # the ifbs they described are found by their aliases below.

@@ -52,7 +52,7 @@ def containers_filters(ns: FakeNetns, device: int, count: int) -> None:
     """What the container adds on its own: u32 rules at prio 2 redirecting to its lo."""
     modules = tc.tc_modules()
     for n in range(count):
-        msg = tc.tcmsg_class(modules)()
+        msg = modules.tcmsg()
         msg["index"], msg["parent"] = device, INGRESS_HANDLE
         msg["handle"], msg["info"] = 0x80000800 + n, (2 << 16) | 0x0008  # prio 2, ip
         redirect = {"kind": "mirred", "direction": "egress", "action": "redirect", "ifindex": 1}

@@ -111,6 +111,19 @@ def test_second_add_with_the_same_config_sends_nothing(kernel: FakeKernel) -> No
     assert kernel.dump() == SHAPED
 
 
+def test_add_logs_what_it_shapes_in_a_users_words(kernel: FakeKernel, tmp_path: Path) -> None:
+    netns = world(kernel)
+    add(kernel, netns)
+    add(kernel, netns)
+    lines = (tmp_path / "plugins.log").read_text().splitlines()
+    shaping = [line.split(" shaping ", 1)[1] for line in lines if " shaping " in line]
+    shaped = (
+        f"ingress 800000 bit/s burst 10000 bytes on veth1, "
+        f"egress 1600000 bit/s burst 20000 bytes on ifb {IFB} (fed by veth1)"
+    )
+    assert shaping == [f"{shaped}; kernel changes: 5", f"{shaped}; in place"]
+
+
 def test_add_without_the_container_interface_is_error_7_and_changes_nothing(
     kernel: FakeKernel,
 ) -> None:

@@ -255,20 +255,23 @@ def test_tbf_options_carry_rate64_only_above_32_bits() -> None:
 def test_tbf_rate64_survives_encoding_and_is_read_back() -> None:
     """Our tcmsg encodes RATE64 and decodes it from the same bytes (a dump looks alike)."""
     m = tc.tc_modules()
-    msg_class = tc.tcmsg_class(m)
-    msg = msg_class()
+    msg = m.tcmsg()
     msg["index"], msg["handle"], msg["parent"] = 3, TBF_HANDLE, TC_H_ROOT
     options = tc.tbf_options(5 * 10**9, 312_500, 225 * 10**6)
     msg["attrs"] = [["TCA_KIND", "tbf"], ["TCA_OPTIONS", options]]
     msg.encode()
-    back = msg_class(msg.data)
+    back = m.tcmsg(msg.data)
     back.decode()
     qdisc = tc._qdisc(back)
     assert qdisc.tbf == TbfParams(5 * 10**9, 312_500, 225 * 10**6)
-    # pyroute2's own tcmsg is left as it was: it knows no RATE64
-    plain = m.tcmsg(msg.data)
+    # pyroute2's own tbf options are left as they were: they know no RATE64
+    from pyroute2.netlink.rtnl.tcmsg import sched_tbf
+
+    ours = back.get_attr("TCA_OPTIONS")
+    plain = sched_tbf.options(ours.data, offset=ours.offset)
     plain.decode()
-    assert plain.get_attr("TCA_OPTIONS").get_attr("TCA_TBF_RATE64") is None
+    assert plain.get_attr("TCA_TBF_PARMS")["buffer"] == 312_500
+    assert plain.get_attr("TCA_TBF_RATE64") is None
 
 
 # ---------------------------------------------------------------------------- names
