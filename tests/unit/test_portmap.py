@@ -136,6 +136,29 @@ def test_iptables_conditions_translate_to_nft() -> None:
     assert parsed([], conditionsV4=untranslatable).options.needs == "iptables"
 
 
+def test_only_a_trailing_plus_of_an_iptables_interface_is_a_wildcard() -> None:
+    # iptables reads '+' as "any suffix" at the end only; inside a name it is a character
+    tokens = ["-i", "e+th+"]
+    assert nft.render_conditions(parsed([], conditionsV4=tokens).options.conditions_v4) == (
+        'iifname "e+th*"',
+    )
+
+
+@pytest.mark.parametrize(
+    ("condition", "message"),
+    [
+        (["tcp dport 70000"], "'70000' after 'tcp dport' is not a port 0-65535"),
+        (["ip saddr fd00::1"], "'fd00::1' after 'ip saddr' is not an IPv4 address"),
+        (["-s", "10.0.0.1-10.0.0.9"], "'10.0.0.1-10.0.0.9' after -s is not an IPv4 address"),
+        (["-o", "eth0*"], "'eth0*' after -o is not an interface name ('+' at the end"),
+    ],
+)
+def test_a_refused_condition_value_says_what_it_should_be(
+    condition: list[str], message: str
+) -> None:
+    assert message in error_of([], conditionsV4=condition).msg
+
+
 def test_attachment_tag_is_stable_and_names_the_network() -> None:
     a = Attachment("testNetName", "ctr", "eth0")
     assert a.tag == Attachment("testNetName", "ctr", "eth0").tag
