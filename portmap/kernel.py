@@ -249,21 +249,23 @@ def nfgenmsg(family: int) -> bytes:
     return struct.pack("=BBH", _socket.AF_INET6 if family == 6 else _socket.AF_INET, 0, 0)
 
 
-def _udp_destination(payload: bytes) -> tuple[bytes, bytes, int, bytes] | None:
-    """(raw CTA_TUPLE_ORIG, raw CTA_ZONE, original destination port and address) of one
-    conntrack entry, None unless it is UDP."""
-    from common.rtnl import nlas
+def _deletion(payload: bytes, wanted: dict[int, set[bytes | None]]) -> bytes:
+    """What deletes one conntrack entry (its CTA_TUPLE_ORIG and CTA_ZONE) when it is UDP
+    to a wanted port (and address, unless None is wanted); b"" when it is not."""
+    from common.rtnl import NLA_F_NESTED, nla, nlas
 
     entry = dict(nlas(payload[4:]))
-    tuple_raw = entry.get(CTA_TUPLE_ORIG, b"")
-    orig = dict(nlas(tuple_raw))
+    orig = dict(nlas(entry.get(CTA_TUPLE_ORIG, b"")))
     proto = dict(nlas(orig.get(CTA_TUPLE_PROTO, b"")))
     if proto.get(CTA_PROTO_NUM, b"\0")[0] != IPPROTO_UDP:
-        return None
+        return b""
     (port,) = struct.unpack("!H", proto.get(CTA_PROTO_DST_PORT, b"\0\0")[:2])
     ip = dict(nlas(orig.get(CTA_TUPLE_IP, b"")))
     addr = ip.get(CTA_IP_V4_DST) or ip.get(CTA_IP_V6_DST) or b""
-    return tuple_raw, entry.get(CTA_ZONE, b""), port, addr
+    if not wanted.get(port, set()) & {None, addr}:
+        return b""
+    zone = nla(CTA_ZONE, entry[CTA_ZONE]) if CTA_ZONE in entry else b""
+    return nla(CTA_TUPLE_ORIG | NLA_F_NESTED, entry[CTA_TUPLE_ORIG]) + zone
 
 
 # linux/rtnetlink.h: a route query (portmap sends no link message of its own)
@@ -395,22 +397,13 @@ class Kernel:
             wanted.setdefault(port, set()).add(_socket.inet_pton(af, host_ip) if host_ip else None)
         if not wanted:
             return 0
-        doomed: list[tuple[bytes, bytes]] = []
         get = (NFNL_SUBSYS_CTNETLINK << 8) | IPCTNL_MSG_CT_GET
         delete = (NFNL_SUBSYS_CTNETLINK << 8) | IPCTNL_MSG_CT_DELETE
+        deleted = 0
         with rtnl.NetlinkSocket(rtnl.NETLINK_NETFILTER) as nl:
-            for reply in nl.request(get, rtnl.NLM_F_DUMP, nfgenmsg(family)):
-                entry = _udp_destination(reply[rtnl.NLMSG_HDRLEN :])
-                if entry is None:
-                    continue
-                tuple_raw, zone, port, addr = entry
-                if port in wanted and wanted[port] & {None, addr}:
-                    doomed.append((tuple_raw, zone))
-            deleted = 0
-            for tuple_raw, zone in doomed:
-                body = rtnl.nla(CTA_TUPLE_ORIG | rtnl.NLA_F_NESTED, tuple_raw)
-                if zone:
-                    body += rtnl.nla(CTA_ZONE, zone)
+            replies = nl.request(get, rtnl.NLM_F_DUMP, nfgenmsg(family))
+            doomed = [_deletion(reply[rtnl.NLMSG_HDRLEN :], wanted) for reply in replies]
+            for body in filter(None, doomed):
                 try:
                     nl.call(delete, 0, nfgenmsg(family) + body)
                     deleted += 1
