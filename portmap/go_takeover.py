@@ -8,12 +8,12 @@ docs/differences.md#taking-over-from-the-go-plugins.
 from __future__ import annotations
 
 from common.errors import KERNEL_FAILURE, CniError
-from common.log import Log
 
 TYPE_CHECKING = False  # avoids importing typing at run time
 if TYPE_CHECKING:
     from typing import Any
 
+    from common.log import Log
     from portmap.nft import Nft
     from portmap.plan import UdpTargets
     from portmap.ports import Kernel, NftKernel
@@ -24,16 +24,8 @@ GO_TABLE = "cni_hostport"
 GO_NFT_CHAINS = ("hostports", "hostip_hostports", "masquerading")
 
 
-# ---------------------------------------------------------------------------- removal
-
-
 def release(
-    network: str,
-    container_id: str,
-    cidrs: list[str],
-    sd: Store,
-    log: Log,
-    kernel: Kernel,
+    network: str, container_id: str, cidrs: list[str], sd: Store, log: Log, kernel: Kernel
 ) -> UdpTargets:
     """Remove Go's objects of this attachment (one we have no state for); (family, host
     ip, port) of its UDP mappings for the conntrack flush.
