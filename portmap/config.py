@@ -274,10 +274,11 @@ class Conditions(Value):
         return any(m.iptables for m in self.matches)
 
 
-def _parse_conditions(body: JsonObject, key: str) -> Conditions:
+def _parse_conditions(body: JsonObject, key: str, backend: str) -> Conditions:
+    """conditionsV4/V6 in either syntax; refused when the configured backend cannot."""
     family = 6 if key.endswith("V6") else 4
     items = body.array(key)
-    if items is None:
+    if not items:
         return Conditions(family)
     where = body.path(key)
     for i, item in enumerate(items):
@@ -292,9 +293,23 @@ def _parse_conditions(body: JsonObject, key: str) -> Conditions:
                 )
     conditions = tuple(items)
     # iptables conditions are argv words ("-s", "10.0.0.0/8", "!"); nft ones are phrases
-    if any(c.startswith("-") or c == "!" for c in conditions):
-        return Conditions(family, parse_iptables_conditions(conditions, family, where))
-    return Conditions(family, parse_nft_conditions(conditions, family, where))
+    if not any(c.startswith("-") or c == "!" for c in conditions):
+        if backend == "iptables":
+            raise invalid_config(
+                f"{where} is in nft syntax, but the backend is iptables",
+                "write it as iptables arguments (e.g. ['!', '-s', '10.0.0.0/8']), or remove "
+                '"backend" to use nftables',
+            )
+        return Conditions(family, parse_nft_conditions(conditions, family, where))
+    matches = parse_iptables_conditions(conditions, family, where)
+    first = next((i for i, m in enumerate(matches) if not m.nft), -1)
+    if backend == "nftables" and first >= 0:  # iptables words nft has no words for
+        rest = " ".join(w for later in matches[first:] for w in later.iptables)
+        raise invalid_config(
+            f"{key}: cannot translate iptables condition {rest[:60]!r} to nftables",
+            'write it in nft syntax (e.g. \'ip saddr 10.0.0.0/8\'), or set "backend": "iptables"',
+        )
+    return Conditions(family, matches)
 
 
 # The kinds of value a condition matches, in either syntax -> what a value of the kind is
@@ -567,29 +582,13 @@ def parse_options(body: JsonObject) -> Options:
             'remove "backend" (externalSetMarkChain then selects iptables, as in Go) or '
             "remove externalSetMarkChain",
         )
-    conditions = {key: _parse_conditions(body, key) for key in ("conditionsV4", "conditionsV6")}
-    for key, parsed in conditions.items():
-        if backend == "iptables" and parsed.matches and not parsed.iptables_style:
-            raise invalid_config(
-                f"{body.path(key)} is in nft syntax, but the backend is iptables",
-                "write it as iptables arguments (e.g. ['!', '-s', '10.0.0.0/8']), or remove "
-                '"backend" to use nftables',
-            )
-        first = next((i for i, m in enumerate(parsed.matches) if not m.nft), -1)
-        if backend == "nftables" and first >= 0:  # iptables words nft has no words for
-            rest = " ".join(w for later in parsed.matches[first:] for w in later.iptables)
-            raise invalid_config(
-                f"{key}: cannot translate iptables condition {rest[:60]!r} to nftables",
-                "write it in nft syntax (e.g. 'ip saddr 10.0.0.0/8'), or set "
-                '"backend": "iptables"',
-            )
     return Options(
         snat=body.boolean("snat", True),
         masq_all=body.boolean("masqAll", False),
         mark_masq_bit=bit,
         external_set_mark_chain=chain,
-        conditions_v4=conditions["conditionsV4"],
-        conditions_v6=conditions["conditionsV6"],
+        conditions_v4=_parse_conditions(body, "conditionsV4", backend),
+        conditions_v6=_parse_conditions(body, "conditionsV6", backend),
         backend=backend,
     )
 
