@@ -196,14 +196,12 @@ def add(request: Request) -> Result | None:
 def describe(plan: Plan) -> str:
     """The attachment's forwards, as an operator reads them:
     '0.0.0.0:8080/tcp -> 10.89.0.2:80, [::]:8080/tcp -> [fd00::2]:80'."""
-    return ", ".join(
-        f"{fw.describe(fam.family)} -> "
-        + cfg.host_ports(fam.container_ip, fw.container_port, fw.count, fw.protocol).rpartition(
-            "/"
-        )[0]
-        for fam in plan.families
-        for fw in fam.forwards
-    )
+    forwards = []
+    for fam in plan.families:
+        for fw in fam.forwards:
+            to = cfg.host_ports(fam.container_ip, fw.container_port, fw.count, fw.protocol)
+            forwards.append(f"{fw.describe(fam.family)} -> {to.rpartition('/')[0]}")
+    return ", ".join(forwards)
 
 
 def delete(request: Request) -> None:
