@@ -269,24 +269,16 @@ class Conditions(Value):
     matches: tuple[Match, ...] = ()
 
     @property
-    def key(self) -> str:
-        return f"conditionsV{self.family}"
-
-    @property
     def iptables_style(self) -> bool:
         """Written as iptables arguments: Go picks its iptables backend for them."""
         return any(m.iptables for m in self.matches)
 
 
-def looks_like_iptables(conditions: tuple[str, ...]) -> bool:
-    """iptables conditions are argv tokens ("-s", "10.0.0.0/8", "!"); nft ones are phrases."""
-    return any(c.startswith("-") or c == "!" for c in conditions)
-
-
-def _parse_conditions(body: JsonObject, key: str) -> Conditions:
+def _parse_conditions(body: JsonObject, key: str, backend: str) -> Conditions:
+    """conditionsV4/V6 in either syntax; refused when the configured backend cannot."""
     family = 6 if key.endswith("V6") else 4
     items = body.array(key)
-    if items is None:
+    if not items:
         return Conditions(family)
     where = body.path(key)
     for i, item in enumerate(items):
@@ -300,14 +292,115 @@ def _parse_conditions(body: JsonObject, key: str) -> Conditions:
                     + NFT_CONDITIONS_ALLOWED,
                 )
     conditions = tuple(items)
-    if looks_like_iptables(conditions):
-        return Conditions(family, parse_iptables_conditions(conditions, family, where))
-    expressions = parse_nft_conditions(conditions, family, where)
-    return Conditions(family, tuple(Match(text) for text in expressions))
+    # iptables conditions are argv words ("-s", "10.0.0.0/8", "!"); nft ones are phrases
+    if not any(c.startswith("-") or c == "!" for c in conditions):
+        if backend == "iptables":
+            raise invalid_config(
+                f"{where} is in nft syntax, but the backend is iptables",
+                "write it as iptables arguments (e.g. ['!', '-s', '10.0.0.0/8']), or remove "
+                '"backend" to use nftables',
+            )
+        return Conditions(family, parse_nft_conditions(conditions, family, where))
+    matches = parse_iptables_conditions(conditions, family, where)
+    first = next((i for i, m in enumerate(matches) if not m.nft), -1)
+    if backend == "nftables" and first >= 0:  # iptables words nft has no words for
+        rest = " ".join(w for later in matches[first:] for w in later.iptables)
+        raise invalid_config(
+            f"{key}: cannot translate iptables condition {rest[:60]!r} to nftables",
+            'write it in nft syntax (e.g. \'ip saddr 10.0.0.0/8\'), or set "backend": "iptables"',
+        )
+    return Conditions(family, matches)
 
 
-def parse_nft_conditions(conditions: tuple[str, ...], family: int, where: str) -> tuple[str, ...]:
-    """nft match expressions -> their canonical text, one string per expression.
+# The kinds of value a condition matches, in either syntax -> what a value of the kind is
+# (for refusals); _value_text validates each.
+_VALUE_KINDS = {
+    "address": "an IPv{family} address, prefix or range a-b",
+    "prefix": "an IPv{family} address or CIDR",  # iptables -s/-d: no ranges there
+    "port": "a port 0-65535 or a range of them",
+    "mark": "a number 0-0xffffffff",
+    "l4proto": "a protocol name or number 0-255",
+    "ifname": "an interface name ('*' at the end for a prefix)",
+    "iptables ifname": "an interface name ('+' at the end for a prefix)",
+    "plain": "a plain value",  # of an iptables match module
+}
+
+
+def _value_text(kind: str, token: str, family: int) -> str | None:
+    """The canonical text of one value of `kind` (nft's, rendered from what it parsed to;
+    a match module's value as given); None when the token is not one."""
+    if kind in ("address", "prefix"):
+        return _address_text(token, family, ranges=kind == "address")
+    if kind == "port":
+        return _number_text(token, 65535, ranges=True)
+    if kind == "mark":
+        return _number_text(token, 0xFFFFFFFF, ranges=False)
+    if kind == "l4proto":
+        return token if token in _L4PROTOS else _number_text(token, 255, ranges=False)
+    if kind == "ifname":
+        quoted = len(token) > 2 and token[0] == token[-1] == '"'
+        return _ifname_text(token[1:-1] if quoted else token, "*")
+    if kind == "iptables ifname":
+        return _ifname_text(token, "+")
+    # a value that starts like an option could be read as one of iptables' own
+    return token if set(token) <= _IPT_VALUE_CHARS and not token.startswith("-") else None
+
+
+def _not_a_value(kind: str, token: str, after: str, family: int) -> str:
+    return f"{token!r} after {after} is not {_VALUE_KINDS[kind].format(family=family)}"
+
+
+def _ifname_text(name: str, wildcard: str) -> str | None:
+    """An interface name, or a prefix of one followed by `wildcard` (nft '*', iptables
+    '+'), as nft text."""
+    stem = name.removesuffix(wildcard)
+    if not (0 < len(name) <= 15 and stem and set(stem) <= _IFNAME_CHARS):
+        return None
+    return f'"{stem}*"' if stem != name else f'"{name}"'
+
+
+def _address_text(token: str, family: int, ranges: bool) -> str | None:
+    """An address, prefix or (with `ranges`) range a-b of `family` as nft text."""
+    import ipaddress
+
+    if "%" in token or (not ranges and "-" in token):  # ipaddress takes any IPv6 zone id
+        return None
+    try:
+        if "/" in token:
+            network = ipaddress.ip_network(token, strict=False)
+            return str(network) if network.version == family else None
+        first, dash, last = token.partition("-")
+        low = ipaddress.ip_address(first)
+        high = ipaddress.ip_address(last) if dash else low
+    except ValueError:
+        return None
+    if low.version != family or high.version != family or int(high) < int(low):
+        return None
+    return f"{low}-{high}" if dash else str(low)
+
+
+def _number_text(token: str, top: int, ranges: bool) -> str | None:
+    first, dash, last = token.partition("-") if ranges else (token, "", "")
+    numbers = []
+    for part in (first, last) if dash else (first,):
+        base = 16 if part.lower().startswith("0x") and top > 0xFFFF else 10
+        digits = part[2:] if base == 16 else part
+        if not digits or not digits.isascii() or not digits.isalnum():
+            return None
+        try:
+            value = int(digits, base)
+        except ValueError:
+            return None
+        if value > top:
+            return None
+        numbers.append(value)
+    if dash:
+        return f"{numbers[0]}-{numbers[1]}" if numbers[0] <= numbers[1] else None
+    return first.lower() if first.lower().startswith("0x") else str(numbers[0])
+
+
+def parse_nft_conditions(conditions: tuple[str, ...], family: int, where: str) -> tuple[Match, ...]:
+    """nft match expressions, one Match per expression.
 
     The strings are read as one stream of words (Go's nftables portmap joins them with
     spaces), so ["ip saddr 10.0.0.0/8"] and ["ip", "saddr", "10.0.0.0/8"] mean the same;
@@ -321,7 +414,7 @@ def parse_nft_conditions(conditions: tuple[str, ...], family: int, where: str) -
     i = 0
     while i < len(tokens):
         expression, i = _nft_match(tokens, i, family, where)
-        out.append(expression)
+        out.append(Match(expression))
     return tuple(out)
 
 
@@ -376,74 +469,10 @@ def _nft_match(tokens: list[str], i: int, family: int, where: str) -> tuple[str,
 
 
 def _nft_value(kind: str, token: str, family: int, selector: str, where: str) -> str:
-    """The canonical text of one value, rendered from what it parsed to."""
-    text = None
-    if kind == "address":
-        text = _address_text(token, family)
-    elif kind == "port":
-        text = _number_text(token, 65535, ranges=True)
-    elif kind == "mark":
-        text = _number_text(token, 0xFFFFFFFF, ranges=False)
-    elif kind == "l4proto":
-        text = token if token in _L4PROTOS else _number_text(token, 255, ranges=False)
-    elif kind == "ifname":
-        name = token[1:-1] if len(token) > 2 and token[0] == token[-1] == '"' else token
-        if _is_ifname(name, "*"):
-            text = f'"{name}"'
+    text = _value_text(kind, token, family)
     if text is None:
-        raise _refuse(where, f"{token!r} is not a value {selector!r} can match")
+        raise _refuse(where, _not_a_value(kind, token, repr(selector), family))
     return text
-
-
-def _is_ifname(name: str, wildcard: str) -> bool:
-    """An interface name, or a prefix of one followed by `wildcard` (nft '*', iptables '+')."""
-    stem = name[:-1] if name.endswith(wildcard) else name
-    return 0 < len(name) <= 15 and bool(stem) and set(stem) <= _IFNAME_CHARS
-
-
-def _address_text(token: str, family: int) -> str | None:
-    """An address, prefix or range a-b of `family` as nft text; None if it is not one."""
-    import ipaddress
-
-    if "%" in token:  # ipaddress takes any text as an IPv6 zone id
-        return None
-    try:
-        if "/" in token:
-            network = ipaddress.ip_network(token, strict=False)
-            return str(network) if network.version == family else None
-        first, dash, last = token.partition("-")
-        low = ipaddress.ip_address(first)
-        high = ipaddress.ip_address(last) if dash else low
-    except ValueError:
-        return None
-    if low.version != family or high.version != family or int(high) < int(low):
-        return None
-    return f"{low}-{high}" if dash else str(low)
-
-
-def _ipt_address_text(token: str, family: int) -> str | None:
-    """An iptables -s/-d address or prefix (no ranges there) as nft text, or None."""
-    return None if "-" in token else _address_text(token, family)
-
-
-def _number_text(token: str, top: int, ranges: bool) -> str | None:
-    first, dash, last = token.partition("-") if ranges else (token, "", "")
-    numbers = []
-    for part in (first, last) if dash else (first,):
-        base = 16 if part.lower().startswith("0x") and top > 0xFFFF else 10
-        digits = part[2:] if base == 16 else part
-        if not digits or not digits.isascii() or not digits.isalnum():
-            return None
-        try:
-            value = int(digits, base)
-        except ValueError:
-            return None
-        if value > top:
-            return None
-        numbers.append(value)
-    if dash:
-        return f"{numbers[0]}-{numbers[1]}" if numbers[0] <= numbers[1] else None
-    return first.lower() if first.lower().startswith("0x") else str(numbers[0])
 
 
 # iptables conditions, words of the rules fed to iptables-restore, are kept to matches
@@ -454,7 +483,13 @@ IPT_ADDRESS_OPTIONS = {
     **dict.fromkeys(("-s", "--source", "--src"), "saddr"),
     **dict.fromkeys(("-d", "--destination", "--dst"), "daddr"),
 }
-_IPT_INTERFACE_OPTIONS = ("-i", "--in-interface", "-o", "--out-interface")
+# option -> the kind of its value, and its nft selector ("" where nft has none: then only
+# the iptables backend applies the condition)
+_IPT_OPTIONS = {
+    **{option: ("prefix", word) for option, word in IPT_ADDRESS_OPTIONS.items()},
+    **dict.fromkeys(("-i", "--in-interface"), ("iptables ifname", "iifname")),
+    **dict.fromkeys(("-o", "--out-interface"), ("iptables ifname", "")),
+}
 _IPT_MATCHES = {
     "addrtype": ("--src-type", "--dst-type"),
     "iprange": ("--src-range", "--dst-range"),
@@ -492,29 +527,24 @@ def parse_iptables_conditions(
         if i + 1 >= len(tokens):
             raise refuse(f"{opt!r} needs a value")
         value = tokens[i + 1]
-        nft = ""
-        op = "!= " if negate else ""
-        if opt in IPT_ADDRESS_OPTIONS:
-            addrs = [_ipt_address_text(addr, family) for addr in value.split(",")]
-            if any(a is None for a in addrs):
-                raise refuse(f"{value!r} after {opt} is not an IPv{family} address or CIDR")
-            match = addrs[0] if len(addrs) == 1 else "{ " + ", ".join(map(str, addrs)) + " }"
-            nft = f"{'ip' if family == 4 else 'ip6'} {IPT_ADDRESS_OPTIONS[opt]} {op}{match}"
-        elif opt in _IPT_INTERFACE_OPTIONS:
-            if not _is_ifname(value, "+"):
-                raise refuse(f"{value!r} after {opt} is not an interface name")
-            if opt in ("-i", "--in-interface"):
-                nft = f'iifname {op}"{value.replace("+", "*")}"'
-        elif opt == "-m":
+        if opt == "-m":
             if value not in _IPT_MATCHES:
                 raise refuse(f"match module {value!r} is not allowed")
             module = value
-        elif opt in _IPT_MATCHES.get(module, ()):
-            # a value that starts like an option could be read as one of iptables' own
-            if not set(value) <= _IPT_VALUE_CHARS or value.startswith("-"):
-                raise refuse(f"{value!r} after {opt} is not a plain value")
-        else:
+        elif opt not in _IPT_OPTIONS and opt not in _IPT_MATCHES.get(module, ()):
             raise refuse(f"{opt!r} is not an allowed condition")
+        kind, selector = _IPT_OPTIONS.get(opt, ("plain", ""))
+        texts = []
+        for one in value.split(",") if kind == "prefix" else (value,):  # -s/-d take a list
+            text = _value_text(kind, one, family)
+            if text is None:
+                raise refuse(_not_a_value(kind, value, opt, family))
+            texts.append(text)
+        nft = ""
+        if selector:
+            ipx = ("ip " if family == 4 else "ip6 ") if kind == "prefix" else ""
+            match = texts[0] if len(texts) == 1 else "{ " + ", ".join(texts) + " }"
+            nft = f"{ipx}{selector} {'!= ' if negate else ''}{match}"
         i += 2
         matches.append(Match(nft, tokens[start:i]))
     return tuple(matches)
@@ -552,29 +582,13 @@ def parse_options(body: JsonObject) -> Options:
             'remove "backend" (externalSetMarkChain then selects iptables, as in Go) or '
             "remove externalSetMarkChain",
         )
-    conditions = {key: _parse_conditions(body, key) for key in ("conditionsV4", "conditionsV6")}
-    for key, parsed in conditions.items():
-        if backend == "iptables" and parsed.matches and not parsed.iptables_style:
-            raise invalid_config(
-                f"{body.path(key)} is in nft syntax, but the backend is iptables",
-                "write it as iptables arguments (e.g. ['!', '-s', '10.0.0.0/8']), or remove "
-                '"backend" to use nftables',
-            )
-        first = next((i for i, m in enumerate(parsed.matches) if not m.nft), -1)
-        if backend == "nftables" and first >= 0:  # iptables words nft has no words for
-            rest = " ".join(w for later in parsed.matches[first:] for w in later.iptables)
-            raise invalid_config(
-                f"{key}: cannot translate iptables condition {rest[:60]!r} to nftables",
-                "write it in nft syntax (e.g. 'ip saddr 10.0.0.0/8'), or set "
-                '"backend": "iptables"',
-            )
     return Options(
         snat=body.boolean("snat", True),
         masq_all=body.boolean("masqAll", False),
         mark_masq_bit=bit,
         external_set_mark_chain=chain,
-        conditions_v4=conditions["conditionsV4"],
-        conditions_v6=conditions["conditionsV6"],
+        conditions_v4=_parse_conditions(body, "conditionsV4", backend),
+        conditions_v6=_parse_conditions(body, "conditionsV6", backend),
         backend=backend,
     )
 

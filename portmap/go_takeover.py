@@ -8,34 +8,24 @@ docs/differences.md#taking-over-from-the-go-plugins.
 from __future__ import annotations
 
 from common.errors import KERNEL_FAILURE, CniError
-from common.log import Log
 
 TYPE_CHECKING = False  # avoids importing typing at run time
 if TYPE_CHECKING:
     from typing import Any
 
+    from common.log import Log
     from portmap.nft import Nft
     from portmap.plan import UdpTargets
     from portmap.ports import Kernel, NftKernel
     from portmap.state import Store
-
-    Rule = tuple[int, str, dict[str, Any]]
 
 VARIANTS = ("nft", "legacy")  # portmap.xtables.VARIANTS, without importing the backend
 GO_TABLE = "cni_hostport"
 GO_NFT_CHAINS = ("hostports", "hostip_hostports", "masquerading")
 
 
-# ---------------------------------------------------------------------------- removal
-
-
 def release(
-    network: str,
-    container_id: str,
-    cidrs: list[str],
-    sd: Store,
-    log: Log,
-    kernel: Kernel,
+    network: str, container_id: str, cidrs: list[str], sd: Store, log: Log, kernel: Kernel
 ) -> UdpTargets:
     """Remove Go's objects of this attachment (one we have no state for); (family, host
     ip, port) of its UDP mappings for the conntrack flush.
@@ -123,8 +113,7 @@ def _release_go_nft(
     found = _go_nft_rules(nft, container_id, addresses, families)
     if not found:
         return []
-    lines = [f"delete rule {chain} handle {int(rule['handle'])}" for _, chain, rule in found]
-    targets = [target for family, _, rule in found for target in _udp_target(family, rule)]
+    lines = [f"delete rule {chain} handle {handle}" for chain, handle, _ in found]
     rc, _, err = nft.run("\n".join(lines))
     # Somebody else (not taking our lock) may have removed them meanwhile: fine.
     if rc != 0 and _go_nft_rules(nft, container_id, addresses, families):
@@ -134,13 +123,13 @@ def _release_go_nft(
             first_error(err),
         )
     log.info(f"removed the Go portmap's nftables rules of {container_id} ({len(lines)} changes)")
-    return targets
+    return [target for _, _, udp in found for target in udp]
 
 
 def _go_nft_rules(
     nft: Nft, container_id: str, addresses: frozenset[str], families: list[int]
-) -> list[Rule]:
-    """(family, "ip cni_hostport <chain>", rule as JSON) of the rules commented with the
+) -> list[tuple[str, int, UdpTargets]]:
+    """("ip cni_hostport <chain>", handle, its UDP targets) of the rules commented with the
     container id that forward or masquerade to one of `addresses`."""
     from common.jsontext import loads
     from portmap.nft import IPX
@@ -150,49 +139,37 @@ def _go_nft_rules(
         for name in GO_NFT_CHAINS:
             chain = f"{IPX[family]} {GO_TABLE} {name}"
             rc, out, _ = nft.run(f"list chain {chain}")
-            items = loads(out).get("nftables", []) if rc == 0 else []  # else: no such chain
-            found += [
-                (family, chain, i["rule"])
-                for i in items
-                if isinstance(i, dict)
-                and i.get("rule", {}).get("comment") == container_id
-                and _container_address(i["rule"]) in addresses
-            ]
+            for item in loads(out).get("nftables", []) if rc == 0 else []:  # else: no such chain
+                rule = item.get("rule") if isinstance(item, dict) else None
+                if isinstance(rule, dict) and rule.get("comment") == container_id:
+                    address, udp = _read_go_rule(family, rule)
+                    if address in addresses:
+                        found.append((chain, int(rule["handle"]), udp))
     return found
 
 
-def _container_address(rule: dict[str, Any]) -> str:
-    """The container address of a Go rule, from its JSON: where its DNAT goes, else the
-    destination it masquerades ("" when it names none)."""
-    daddr = ""
+def _read_go_rule(family: int, rule: dict[str, Any]) -> tuple[str, UdpTargets]:
+    """A Go rule's container address (where its DNAT goes, else the destination it
+    masquerades; "" when it names none) and, of a DNAT for UDP, its (family, host address
+    or None, port) for the conntrack flush; from the rule's JSON."""
+    dnat: Any = None
+    daddr, port = None, None
     for e in rule.get("expr", []):
         if not isinstance(e, dict):
             continue
-        dnat = e.get("dnat")
-        if isinstance(dnat, dict) and isinstance(dnat.get("addr"), str):
-            return _normal(dnat["addr"])
+        dnat = e.get("dnat", dnat)
         match = e.get("match")
-        if isinstance(match, dict) and isinstance(match.get("right"), str):
-            left = match.get("left")
-            payload = left.get("payload") if isinstance(left, dict) else None
-            if isinstance(payload, dict) and payload.get("field") == "daddr":
-                daddr = _normal(match["right"])
-    return daddr
-
-
-def _udp_target(family: int, rule: dict[str, Any]) -> UdpTargets:
-    """(family, host address or None, port) of a Go DNAT rule for UDP, from its JSON (none
-    for any other rule)."""
-    port, host_ip, dnat = None, None, False
-    for e in rule.get("expr", []):
-        match = e.get("match") if isinstance(e, dict) else None
-        if isinstance(e, dict) and "dnat" in e:
-            dnat = True
-        if not isinstance(match, dict):
+        if not isinstance(match, dict) or not isinstance(match.get("left"), dict):
             continue
-        left = match.get("left", {}).get("payload", {})
-        if left.get("protocol") == "udp" and left.get("field") == "dport":
-            port = match.get("right")
-        elif left.get("field") == "daddr" and isinstance(match.get("right"), str):
-            host_ip = match["right"]
-    return [(family, host_ip, int(port))] if dnat and isinstance(port, int) else []
+        payload, right = match["left"].get("payload"), match.get("right")
+        if not isinstance(payload, dict):
+            continue
+        if payload.get("field") == "daddr" and isinstance(right, str):
+            daddr = _normal(right)
+        elif payload.get("protocol") == "udp" and payload.get("field") == "dport":
+            port = right
+    if dnat is None:
+        return daddr or "", []
+    udp: UdpTargets = [(family, daddr, port)] if isinstance(port, int) else []
+    address = dnat.get("addr") if isinstance(dnat, dict) else None
+    return (_normal(address) if isinstance(address, str) else ""), udp

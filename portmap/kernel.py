@@ -1,12 +1,11 @@
-"""portmap's kernel ports: everything the verbs ask of the host, one port per backend and
-one for the extras both need. The verbs are handed a `Kernel` (tests hand them a model
-of netfilter with the same methods, tests/harness/fake_portmap.py); these are the real
-ones. Each opens what it needs on first use only: libnftables is not loaded by the
-iptables backend's mappings, nor a netlink socket by a call that asks nothing through
-one. The netlink questions need no pyroute2: their few messages are built here and
-travel on common.rtnl's NetlinkSocket. The localhost guard (see `guard_nft_text`) is
-made with nftables where libnftables works, whatever the backend (one mechanism per
-host), else with the host's iptables tools.
+"""portmap's kernel ports (declared in portmap.ports) on the host.
+
+Each opens what it needs on first use only: libnftables is not loaded by the iptables
+backend's mappings, nor a netlink socket by a call that asks nothing through one. The
+netlink questions need no pyroute2: their few messages are built here and travel on
+common.rtnl's NetlinkSocket. The localhost guard (see `guard_nft_text`) is made with
+nftables where libnftables works, whatever the backend (one mechanism per host), else
+with the host's iptables tools.
 """
 
 from __future__ import annotations
@@ -15,6 +14,7 @@ import _socket  # not socket: that imports selectors and enum
 import os
 import struct
 
+from common.sysctl import read_sysctl, write_sysctl
 from common.values import Value
 
 TYPE_CHECKING = False
@@ -37,12 +37,8 @@ IPTABLES_VARIANT_ENV = "CNI_META_IPTABLES"
 
 
 class NftKernel:
-    """The nftables backend's port: libnftables contexts, and a look at a table or chain
-    through nfnetlink that needs no library."""
-
     def usable(self) -> bool:
-        """Whether libnftables loads here (the kernel's side is proven by the first
-        transaction)."""
+        """The kernel's side is proven by the first transaction."""
         from common import libnftables
 
         try:
@@ -52,15 +48,14 @@ class NftKernel:
         return True
 
     def context(self) -> Context:
-        """A libnftables context in this netns; OSError when the library is missing."""
         from common.libnftables import Context
 
         return Context()
 
     def has(self, family: int, table: str, chain: str | None = None) -> bool:
-        """Whether nftables has this table (or this chain of it) in the current netns: one
-        nfnetlink request, answered with the object or with an error."""
-        from common.rtnl import NETLINK_NETFILTER, NetlinkSocket, nla_string
+        """One nfnetlink request, answered with the object or with an error (ENOENT: not
+        there; no nf_tables here: nothing of ours in it either)."""
+        from common.rtnl import nla_string
 
         if chain is None:
             msg_type, attrs = _MSG_GETTABLE, nla_string(1, table)  # NFTA_TABLE_NAME
@@ -68,19 +63,13 @@ class NftKernel:
             msg_type = _MSG_GETCHAIN
             # NFTA_CHAIN_TABLE, NFTA_CHAIN_NAME
             attrs = nla_string(1, table) + nla_string(3, chain)
-        try:
-            with NetlinkSocket(NETLINK_NETFILTER) as nl:
-                nl.call(_NFT_SUBSYS | msg_type, 0, nfgenmsg(family) + attrs)
-        except OSError:  # ENOENT: not there; no nf_tables here: nothing of ours in it either
-            return False
-        return True
+        return _nft_get(msg_type, nfgenmsg(family) + attrs) == 0
 
     def may_have_element(self, table: str, set_name: str, key: bytes | None = None) -> bool:
-        """Whether the inet table's set may hold the element with this key (None: whether
-        the set is there): one nfnetlink request, answered with the element or with an
-        error, whatever else the set holds (libnftables' `get element` reads every set's
-        elements first). False for sure; True also when the kernel cannot say."""
-        from common.rtnl import NETLINK_NETFILTER, NLA_F_NESTED, NetlinkSocket, nla, nla_string
+        """One nfnetlink request, answered with the element or with an error, whatever
+        else the set holds (libnftables' `get element` reads every set's elements first);
+        True also when the kernel cannot say."""
+        from common.rtnl import NLA_F_NESTED, nla, nla_string
 
         # NFTA_SET_ELEM_LIST_TABLE and _SET (NFTA_SET_TABLE and _NAME: the same numbers)
         attrs = nla_string(1, table) + nla_string(2, set_name)
@@ -90,23 +79,26 @@ class NftKernel:
             # NFTA_SET_ELEM_LIST_ELEMENTS > NFTA_LIST_ELEM > NFTA_SET_ELEM_KEY > NFTA_DATA_VALUE
             element = nla(1 | NLA_F_NESTED, nla(1 | NLA_F_NESTED, nla(1, key)))
             attrs += nla(3 | NLA_F_NESTED, element)
-        try:
-            with NetlinkSocket(NETLINK_NETFILTER) as nl:
-                nl.call(_NFT_SUBSYS | msg_type, 0, struct.pack("=BBH", _NFPROTO_INET, 0, 0) + attrs)
-        except OSError as e:
-            return e.errno != _ENOENT
-        return True
+        return _nft_get(msg_type, struct.pack("=BBH", _NFPROTO_INET, 0, 0) + attrs) != _ENOENT
+
+
+def _nft_get(msg_type: int, body: bytes) -> int:
+    """The errno of one nf_tables GET request (0: the kernel answered with the object)."""
+    from common.rtnl import NETLINK_NETFILTER, NetlinkSocket
+
+    try:
+        with NetlinkSocket(NETLINK_NETFILTER) as nl:
+            nl.call(_NFT_SUBSYS | msg_type, 0, body)
+    except OSError as e:
+        return e.errno or -1
+    return 0
 
 
 class XtablesKernel:
-    """The iptables backend's port: the iptables tools of either variant, and cheap looks
-    at the nat tables that run no tool."""
-
     def __init__(self, nft: NftKernel) -> None:
         self.nft = nft
 
     def tool(self, variant: str, family: int, kind: str) -> str | None:
-        """Path of e.g. ip6tables-nft-save; None when it is not installed."""
         name = f"{'ip6tables' if family == 6 else 'iptables'}-{variant}-{kind}"
         for d in TOOL_DIRS:
             path = os.path.join(d, name)
@@ -115,9 +107,7 @@ class XtablesKernel:
         return None
 
     def run(self, argv: list[str], data: bytes = b"") -> tuple[int, str]:
-        """Run argv with `data` on its stdin; (exit status, its stdout and stderr).
-
-        posix_spawn and pipes, not subprocess (its imports would be paid on every call).
+        """posix_spawn and pipes, not subprocess (its imports would be paid on every call).
         stdin is written whole first: iptables-restore reads all of it before it answers,
         and the save tools read none. stdout and stderr share one pipe, so neither can
         fill up while the other is read.
@@ -152,11 +142,10 @@ class XtablesKernel:
         return os.waitstatus_to_exitcode(status), out.decode(errors="replace")
 
     def host_variant(self) -> str:
-        """The variant of the host's `iptables` command (Debian/RHEL alternatives).
-
-        Looked up in TOOL_DIRS only, never in PATH: PATH is whatever the runtime had, and
-        an entry in it that is relative (or empty: the working directory) or writable by
-        others would make root run the `iptables` it names."""
+        """Debian's and RHEL's alternatives, looked up in TOOL_DIRS only, never in PATH:
+        PATH is whatever the runtime had, and an entry in it that is relative (or empty:
+        the working directory) or writable by others would make root run the `iptables`
+        it names."""
         for d in TOOL_DIRS:
             path = os.path.join(d, "iptables")
             if not os.access(path, os.X_OK):
@@ -170,9 +159,9 @@ class XtablesKernel:
         return "nft"
 
     def legacy_nat_exists(self, family: int) -> bool:
-        """Whether the legacy nat table of `family` exists. Its rules can only be read
-        through a raw IP socket (what iptables-legacy-save does), and asking a legacy tool
-        for a missing table creates it: where it exists, the tools look."""
+        """Its rules can only be read through a raw IP socket (what iptables-legacy-save
+        does), and asking a legacy tool for a missing table creates it: where it exists,
+        the tools look."""
         try:
             with open(_LEGACY_NAMES[family]) as f:
                 return "nat" in f.read().split()
@@ -180,8 +169,7 @@ class XtablesKernel:
             return False
 
     def may_have(self, variant: str, family: int, chain: str) -> bool:
-        """Whether that variant's nat table may hold `chain`, without running a tool
-        (False for sure; True may still find nothing)."""
+        """Without running a tool (True may still find nothing)."""
         if variant == "nft":
             return self.nft.has(family, "nat", chain)
         return self.legacy_nat_exists(family)
@@ -261,21 +249,23 @@ def nfgenmsg(family: int) -> bytes:
     return struct.pack("=BBH", _socket.AF_INET6 if family == 6 else _socket.AF_INET, 0, 0)
 
 
-def _udp_destination(payload: bytes) -> tuple[bytes, bytes, int, bytes] | None:
-    """(raw CTA_TUPLE_ORIG, raw CTA_ZONE, original destination port and address) of one
-    conntrack entry, None unless it is UDP."""
-    from common.rtnl import nlas
+def _deletion(payload: bytes, wanted: dict[int, set[bytes | None]]) -> bytes:
+    """What deletes one conntrack entry (its CTA_TUPLE_ORIG and CTA_ZONE) when it is UDP
+    to a wanted port (and address, unless None is wanted); b"" when it is not."""
+    from common.rtnl import NLA_F_NESTED, nla, nlas
 
     entry = dict(nlas(payload[4:]))
-    tuple_raw = entry.get(CTA_TUPLE_ORIG, b"")
-    orig = dict(nlas(tuple_raw))
+    orig = dict(nlas(entry.get(CTA_TUPLE_ORIG, b"")))
     proto = dict(nlas(orig.get(CTA_TUPLE_PROTO, b"")))
     if proto.get(CTA_PROTO_NUM, b"\0")[0] != IPPROTO_UDP:
-        return None
+        return b""
     (port,) = struct.unpack("!H", proto.get(CTA_PROTO_DST_PORT, b"\0\0")[:2])
     ip = dict(nlas(orig.get(CTA_TUPLE_IP, b"")))
     addr = ip.get(CTA_IP_V4_DST) or ip.get(CTA_IP_V6_DST) or b""
-    return tuple_raw, entry.get(CTA_ZONE, b""), port, addr
+    if not wanted.get(port, set()) & {None, addr}:
+        return b""
+    zone = nla(CTA_ZONE, entry[CTA_ZONE]) if CTA_ZONE in entry else b""
+    return nla(CTA_TUPLE_ORIG | NLA_F_NESTED, entry[CTA_TUPLE_ORIG]) + zone
 
 
 # linux/rtnetlink.h: a route query (portmap sends no link message of its own)
@@ -285,8 +275,8 @@ RTA_DST, RTA_OIF, RTA_GATEWAY = 1, 4, 5
 
 class Route(Value):
     """The kernel's route to an address: its type (RTN_UNICAST 1, RTN_LOCAL 2, ...), the
-    output device's name, the gateway ("" when on-link) and the device's kind ("bridge",
-    "veth", ...; "" for a plain device)."""
+    output device's name, the gateway ("" when on-link) and the device's kind (as
+    Kernel.link_kind says)."""
 
     kind: int
     oif: str
@@ -337,18 +327,17 @@ def guard_xtables(xtables: XtablesKernel, interfaces: list[str]) -> None:
 
 
 class Kernel:
-    """The host as portmap's verbs reach it: the backends' ports, route_localnet on the
-    interface toward a container (the route to it, the sysctls), and the UDP conntrack flush."""
+    # The host's own sysctls, in the plugin's netns.
+    read_sysctl = staticmethod(read_sysctl)
+    write_sysctl = staticmethod(write_sysctl)
 
     def __init__(self) -> None:
         self.nft = NftKernel()
         self.xtables = XtablesKernel(self.nft)
 
     def route_v4(self, ip: str) -> Route | None:
-        """The host's route to a container address, as the kernel resolves it (policy
-        rules and every table): an RTM_GETROUTE, and the output device's name from its
-        index (SIOCGIFNAME). Its kind is `link_kind`'s to ask. None when there is no
-        route (unreachable, blackhole, prohibited)."""
+        """Policy rules and every table: an RTM_GETROUTE, and the output device's name
+        from its index (SIOCGIFNAME). None also for unreachable, blackhole, prohibited."""
         from common.rtnl import NETLINK_ROUTE, NLMSG_HDRLEN, NetlinkSocket, nla, nlas
 
         # struct rtmsg: family, dst_len, src_len, tos, table, protocol, scope, type, flags
@@ -372,33 +361,19 @@ class Kernel:
         return Route(route[7], name, via)
 
     def link_kind(self, name: str) -> str:
-        """The kind of the device `name` (pyroute2's link message): "bridge", "veth", ...;
-        "" for a plain device or none."""
+        """From pyroute2's link message; "" also for no device."""
         from common.rtnl import RtnlSocket
 
         try:
             rtnl = RtnlSocket()
+            try:
+                link = rtnl.link(name)
+            finally:
+                rtnl.close()
         except OSError:
             return ""
-        try:
-            link = rtnl.link(name)
-        except OSError:
-            return ""
-        finally:
-            rtnl.close()
         info = link.get_attr("IFLA_LINKINFO") if link is not None else None
         return str((info.get_attr("IFLA_INFO_KIND") if info else None) or "")
-
-    # The host's own sysctls, in the plugin's netns.
-    def read_sysctl(self, path: str) -> str:
-        from common.sysctl import read_sysctl
-
-        return read_sysctl(path)
-
-    def write_sysctl(self, path: str, value: str) -> None:
-        from common.sysctl import write_sysctl
-
-        write_sysctl(path, value)
 
     def guard_localnet(self, interfaces: Iterable[str]) -> None:
         """Drop new, non-DNAT IPv4 packets to 127.0.0.0/8 that arrive on exactly
@@ -411,9 +386,9 @@ class Kernel:
             guard_xtables(self.xtables, names)
 
     def flush_udp_conntrack(self, family: int, targets: Iterable[tuple[str | None, int]]) -> int:
-        """Delete UDP conntrack entries of `family` (4/6) whose original destination port is a
-        target port (and, when the target has a host address, whose destination is it), so
-        that old flows stop going to a previous container. Returns how many were deleted."""
+        """Entries whose original destination port is a target's (and, when the target has
+        a host address, whose destination is it), so that old flows stop going to a
+        previous container. The dump is read whole before the first delete."""
         from common import rtnl
 
         wanted: dict[int, set[bytes | None]] = {}
@@ -422,22 +397,13 @@ class Kernel:
             wanted.setdefault(port, set()).add(_socket.inet_pton(af, host_ip) if host_ip else None)
         if not wanted:
             return 0
-        doomed: list[tuple[bytes, bytes]] = []
         get = (NFNL_SUBSYS_CTNETLINK << 8) | IPCTNL_MSG_CT_GET
         delete = (NFNL_SUBSYS_CTNETLINK << 8) | IPCTNL_MSG_CT_DELETE
+        deleted = 0
         with rtnl.NetlinkSocket(rtnl.NETLINK_NETFILTER) as nl:
-            for reply in nl.request(get, rtnl.NLM_F_DUMP, nfgenmsg(family)):
-                entry = _udp_destination(reply[rtnl.NLMSG_HDRLEN :])
-                if entry is None:
-                    continue
-                tuple_raw, zone, port, addr = entry
-                if port in wanted and wanted[port] & {None, addr}:
-                    doomed.append((tuple_raw, zone))
-            deleted = 0
-            for tuple_raw, zone in doomed:
-                body = rtnl.nla(CTA_TUPLE_ORIG | rtnl.NLA_F_NESTED, tuple_raw)
-                if zone:
-                    body += rtnl.nla(CTA_ZONE, zone)
+            replies = nl.request(get, rtnl.NLM_F_DUMP, nfgenmsg(family))
+            doomed = [_deletion(reply[rtnl.NLMSG_HDRLEN :], wanted) for reply in replies]
+            for body in filter(None, doomed):
                 try:
                     nl.call(delete, 0, nfgenmsg(family) + body)
                     deleted += 1

@@ -63,7 +63,9 @@ class XtablesKernel(Protocol):
         """The variant of the host's `iptables` command: "nft" or "legacy"."""
         ...
 
-    def legacy_nat_exists(self, family: int) -> bool: ...
+    def legacy_nat_exists(self, family: int) -> bool:
+        """Whether the legacy nat table of `family` exists."""
+        ...
 
     def may_have(self, variant: str, family: int, chain: str) -> bool:
         """Whether that variant's nat table may hold `chain` (False for sure)."""

@@ -53,12 +53,10 @@ NFTABLES, IPTABLES = cfg.BACKENDS  # the config's "backend" values, and a record
 
 def kernel_of(request: Request) -> Kernel:
     """The kernel port the request was handed, else the host's."""
-    if request.kernel is not None:
-        kernel: Kernel = request.kernel
-        return kernel
     from portmap import kernel as host
 
-    return host.Kernel()
+    kernel: Kernel = request.kernel or host.Kernel()
+    return kernel
 
 
 # ---------------------------------------------------------------------------- which backend
@@ -80,18 +78,14 @@ def _configured(options: cfg.Options, kernel: Kernel) -> str:
     return options.backend or options.needs or (NFTABLES if kernel.nft.usable() else IPTABLES)
 
 
-def choose(options: cfg.Options, sd: Store, log: Log, kernel: Kernel) -> Backend:
-    """The backend of an ADD, CHECK or STATUS."""
-    return _make(_configured(options, kernel), sd, log, kernel)
-
-
-def of_attachment(
-    options: cfg.Options, recorded: Recorded | None, sd: Store, log: Log, kernel: Kernel
+def choose(
+    options: cfg.Options, sd: Store, log: Log, kernel: Kernel, recorded: Recorded | None = None
 ) -> Backend:
-    """The backend of a DEL: the one that recorded the attachment, else the config's."""
+    """The backend of a call: the one that recorded the attachment (for a DEL), else the
+    config's."""
     if recorded is not None and recorded.backend in cfg.BACKENDS:
         return _make(recorded.backend, sd, log, kernel)
-    return choose(options, sd, log, kernel)
+    return _make(_configured(options, kernel), sd, log, kernel)
 
 
 def for_gc(
@@ -156,7 +150,8 @@ def flush_conntrack(targets: UdpTargets, log: Log, kernel: Kernel) -> None:
 # ---------------------------------------------------------------------------- verbs
 
 
-def add(request: Request) -> Result | None:
+def _planned(request: Request) -> tuple[Plan, Backend, Kernel, Store] | None:
+    """The plan of an ADD or CHECK and what applies it; None without port mappings."""
     config = cfg.parse(request.conf)
     prev = request.conf.prev_result
     if prev is None:
@@ -165,14 +160,21 @@ def add(request: Request) -> Result | None:
             "the configuration has no prevResult",
         )
     if not config.mappings:
-        return None  # pass prevResult through, in the config's cniVersion
+        return None
     from portmap import state
     from portmap.plan import make_plan
 
     sd = state.store(request.log)
     kernel = kernel_of(request)
     backend = choose(config.options, sd, request.log, kernel)
-    plan = make_plan(config, request.attachment, prev)
+    return make_plan(config, request.attachment, prev), backend, kernel, sd
+
+
+def add(request: Request) -> Result | None:
+    planned = _planned(request)
+    if planned is None:
+        return None  # pass prevResult through, in the config's cniVersion
+    plan, backend, kernel, sd = planned
     for note in plan.skipped:
         request.log.warning(f"skipped {note}")
     if plan.empty:
@@ -194,14 +196,12 @@ def add(request: Request) -> Result | None:
 def describe(plan: Plan) -> str:
     """The attachment's forwards, as an operator reads them:
     '0.0.0.0:8080/tcp -> 10.89.0.2:80, [::]:8080/tcp -> [fd00::2]:80'."""
-    from portmap.config import host_ports
-
-    return ", ".join(
-        f"{fw.describe(fam.family)} -> "
-        + host_ports(fam.container_ip, fw.container_port, fw.count, fw.protocol).rpartition("/")[0]
-        for fam in plan.families
-        for fw in fam.forwards
-    )
+    forwards = []
+    for fam in plan.families:
+        for fw in fam.forwards:
+            to = cfg.host_ports(fam.container_ip, fw.container_port, fw.count, fw.protocol)
+            forwards.append(f"{fw.describe(fam.family)} -> {to.rpartition('/')[0]}")
+    return ", ".join(forwards)
 
 
 def delete(request: Request) -> None:
@@ -219,7 +219,7 @@ def delete(request: Request) -> None:
         config = cfg.PortmapConfig(cfg.Options(), ())
     recorded = sd.load(att)
     kernel = kernel_of(request)
-    backend = of_attachment(config.options, recorded, sd, request.log, kernel)
+    backend = choose(config.options, sd, request.log, kernel, recorded)
     plan = None
     prev = request.conf.prev_result
     # With a state file of its backend, a backend deletes what the file records and never
@@ -240,21 +240,10 @@ def delete(request: Request) -> None:
 
 
 def check(request: Request) -> None:
-    config = cfg.parse(request.conf)
-    prev = request.conf.prev_result
-    if prev is None:
-        raise invalid_config("CHECK needs a prevResult", "the configuration has no prevResult")
-    if not config.mappings:
+    planned = _planned(request)
+    if planned is None or planned[0].empty:
         return
-    from portmap import state
-    from portmap.plan import make_plan
-
-    sd = state.store(request.log)
-    kernel = kernel_of(request)
-    backend = choose(config.options, sd, request.log, kernel)
-    plan = make_plan(config, request.attachment, prev)
-    if plan.empty:
-        return
+    plan, backend, kernel, _ = planned
     problems = backend.check(plan)
     if problems:
         more = f" (+{len(problems) - 10} more)" if len(problems) > 10 else ""
@@ -265,7 +254,7 @@ def check(request: Request) -> None:
         )
     from portmap.localnet import interface_for, needed, sysctl_path
 
-    ifname = interface_for(plan, prev, kernel, request.log)
+    ifname = interface_for(plan, request.conf.prev_result, kernel, request.log)
     if ifname is not None:
         try:
             on = kernel.read_sysctl(sysctl_path(ifname)).strip() == "1"

@@ -136,6 +136,29 @@ def test_iptables_conditions_translate_to_nft() -> None:
     assert parsed([], conditionsV4=untranslatable).options.needs == "iptables"
 
 
+def test_only_a_trailing_plus_of_an_iptables_interface_is_a_wildcard() -> None:
+    # iptables reads '+' as "any suffix" at the end only; inside a name it is a character
+    tokens = ["-i", "e+th+"]
+    assert nft.render_conditions(parsed([], conditionsV4=tokens).options.conditions_v4) == (
+        'iifname "e+th*"',
+    )
+
+
+@pytest.mark.parametrize(
+    ("condition", "message"),
+    [
+        (["tcp dport 70000"], "'70000' after 'tcp dport' is not a port 0-65535"),
+        (["ip saddr fd00::1"], "'fd00::1' after 'ip saddr' is not an IPv4 address"),
+        (["-s", "10.0.0.1-10.0.0.9"], "'10.0.0.1-10.0.0.9' after -s is not an IPv4 address"),
+        (["-o", "eth0*"], "'eth0*' after -o is not an interface name ('+' at the end"),
+    ],
+)
+def test_a_refused_condition_value_says_what_it_should_be(
+    condition: list[str], message: str
+) -> None:
+    assert message in error_of([], conditionsV4=condition).msg
+
+
 def test_attachment_tag_is_stable_and_names_the_network() -> None:
     a = Attachment("testNetName", "ctr", "eth0")
     assert a.tag == Attachment("testNetName", "ctr", "eth0").tag
@@ -454,3 +477,26 @@ def test_gc_picks_only_the_go_jumps_of_its_network_whose_container_is_gone(
     assert udp == [(4, None, 53)]
     deletions = ["-D" + rule[2:] for rule in doomed] + [f"-F {gone}", f"-X {gone}"]
     assert committed == [[*deletions, "-D" + shared_jump[2:]]]
+
+
+def _go_match(protocol: str, field: str, right: object) -> dict[str, Any]:
+    payload = {"payload": {"protocol": protocol, "field": field}}
+    return {"match": {"op": "==", "left": payload, "right": right}}
+
+
+def test_a_go_nft_rule_names_its_container_address_and_udp_target() -> None:
+    """Go's nftables rules as `nft -j` lists them: a DNAT names the container address it
+    forwards to (and, for UDP, the host address and port whose flows are flushed); a
+    masquerade names the destination it masquerades."""
+    from portmap.go_takeover import _read_go_rule
+
+    dnat = {"dnat": {"addr": "10.0.0.2", "port": 80}}
+    udp = [_go_match("ip", "daddr", "192.0.2.1"), _go_match("udp", "dport", 8080), dnat]
+    assert _read_go_rule(4, {"expr": udp}) == ("10.0.0.2", [(4, "192.0.2.1", 8080)])
+    assert _read_go_rule(4, {"expr": [_go_match("tcp", "dport", 8080), dnat]}) == (
+        "10.0.0.2",
+        [],
+    )
+    masq = [_go_match("ip6", "daddr", "fd00:0::2"), {"masquerade": None}]
+    assert _read_go_rule(6, {"expr": masq}) == ("fd00::2", [])
+    assert _read_go_rule(4, {"expr": [{"jump": {"target": "x"}}]}) == ("", [])
