@@ -13,6 +13,7 @@ import os
 import struct
 import sys
 from contextlib import nullcontext
+from functools import cache
 from types import SimpleNamespace
 
 TYPE_CHECKING = False
@@ -50,8 +51,6 @@ _HEADER = struct.Struct("=IHHII")  # nlmsghdr: length, type, flags, seq, pid
 NLMSG_HDRLEN = _HEADER.size
 _NLA = struct.Struct("=HH")  # nlattr: length, type
 
-_modules: SimpleNamespace | None = None
-
 
 def register_package_without_init(name: str) -> None:
     """Put package `name` in sys.modules without running its __init__ (pyroute2's imports
@@ -88,17 +87,15 @@ def register_package_without_init(name: str) -> None:
     sys.modules[name] = package
 
 
+@cache
 def pyroute2() -> SimpleNamespace:
     """The pyroute2 pieces every rtnetlink user here needs: the link messages
     (`ifinfmsg`). A plugin that sends tc messages loads those itself (bandwidth.tc)."""
-    global _modules
-    if _modules is None:
-        if "pyroute2" not in sys.modules:
-            register_package_without_init("pyroute2")
-        from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
+    if "pyroute2" not in sys.modules:
+        register_package_without_init("pyroute2")
+    from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
 
-        _modules = SimpleNamespace(ifinfmsg=ifinfmsg)
-    return _modules
+    return SimpleNamespace(ifinfmsg=ifinfmsg)
 
 
 def nla(kind: int, payload: bytes) -> bytes:
@@ -145,11 +142,9 @@ class NetlinkSocket:
 
     def request(self, msg_type: int, flags: int, body: bytes) -> Iterator[bytes]:
         """Send one message (nlmsghdr + `body`); yield each reply whole, header included,
-        until DONE or the ACK. Raises NetlinkError with the kernel's explanation.
-
-        Every request that is not a dump asks for an ACK, so the answer always ends with
-        one even when the kernel has nothing else to say (a GET of an invisible qdisc).
-        """
+        until DONE or the ACK (asked for by every request but a dump, so that an answer
+        ends even when the kernel has nothing else to say: a GET of an invisible qdisc).
+        Raises NetlinkError with the kernel's explanation."""
         self.seq += 1
         seq = self.seq
         if flags & NLM_F_DUMP != NLM_F_DUMP:
@@ -184,8 +179,8 @@ def nla_string(kind: int, text: str) -> bytes:
 
 def _raise_for(chunk: bytes) -> None:
     """Raise the error of an NLMSG_ERROR reply (error 0 is the ACK), with the kernel's
-    explanation (NLMSGERR_ATTR_MSG) when it gave one: its attributes follow the error code
-    and the request's header (and body, unless capped)."""
+    explanation when it gave one: its attributes follow the error code and the request's
+    header (and body, unless capped)."""
     (code,) = struct.unpack_from("=i", chunk, NLMSG_HDRLEN)
     if code == 0:
         return
@@ -221,9 +216,8 @@ class RtnlSocket:
 
     def reopen(self) -> None:
         """A fresh socket in the same netns in place of this one (see `dump`). When the
-        netns cannot be entered any more, the old socket stays: its requests still get
-        their answers (the dump's leftovers carry another sequence number and are
-        skipped), only another dump on it would be refused."""
+        netns cannot be entered any more, the old one stays: only another dump on it is
+        refused (the dump's leftovers carry another sequence number and are skipped)."""
         from common.errors import CniError
         from common.netns import entered
 
@@ -276,12 +270,10 @@ class RtnlSocket:
         return found, True
 
     def exchange(self, msg: Any, msg_type: int, flags: int) -> list[Any]:
-        """`msg` to the kernel, its replies decoded."""
         return list(self.replies(msg, msg_type, flags))
 
     def replies(self, msg: Any, msg_type: int, flags: int) -> Generator[Any]:
-        """`msg` to the kernel, each reply decoded as it is read (where the unit tests'
-        fake answers)."""
+        """`msg` to the kernel, each reply decoded as it is read (where the fake answers)."""
         msg.encode()
         for chunk in self.nl.request(msg_type, flags, msg.data[NLMSG_HDRLEN:]):
             reply = type(msg)(chunk)
