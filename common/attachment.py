@@ -78,9 +78,8 @@ class Change(Generic[R]):
         self._undo: Callable[[], object] | None = None
 
     def intend(self, record: R, undo: Callable[[], object] | None = None) -> None:
-        """Record that `record`'s objects may exist from now on: call it before the kernel
-        is touched. `undo` puts the kernel back when the ADD fails after this; None: the
-        apply does that itself, and the record from before the ADD is put back."""
+        """Record that `record`'s objects may exist from now on (before the kernel is
+        touched); `undo`: see the module's docstring."""
         self._intent = _marked(record, False)
         self._undo = undo
         self.store.save(self.attachment, self._intent)
@@ -187,12 +186,10 @@ class Engine(Generic[R]):
         unusable: str | None = None,
         before: Stamps | None = None,
     ) -> Iterator[set[Attachment]]:
-        """GC of `network`: under the lock, tear down and forget each stale record that
-        `owns` (another backend's records in a shared store are not this sweep's), keep
-        those of ADDs in flight, and yield the attachments still alive for the plugin's
-        own kernel sweep, still under the lock. `unusable`: also remove the files no call
-        can use whose names start with it (None: leave them). `before`: the stamps, when
-        the caller took them earlier than this call."""
+        """GC of `network` (see the module's docstring): `owns` says which stale records
+        are this sweep's (not another backend's in a shared store); `unusable`: also remove
+        the files no call can use whose names start with it (None: leave them); `before`:
+        the stamps, when the caller took them earlier than this call."""
         store = self.store
         if before is None:
             before = store.stamps()  # before the lock, which an ADD in flight may hold

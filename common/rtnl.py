@@ -16,6 +16,8 @@ from contextlib import nullcontext
 from functools import cache
 from types import SimpleNamespace
 
+from common.errors import CniError
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Generator, Iterator
@@ -204,12 +206,15 @@ class RtnlSocket:
     netns only to open it (CniError INVALID_NETNS when it cannot, as common.netns says)."""
 
     def __init__(self, netns: str = "") -> None:
+        self.netns = netns
+        self.nl = self._open()  # a bad netns fails before pyroute2 is loaded
+        self.modules = pyroute2()
+
+    def _open(self) -> NetlinkSocket:
         from common.netns import entered  # looked up at each call: crash points wrap it
 
-        self.netns = netns
-        with entered(netns) if netns else nullcontext():  # a bad netns fails before pyroute2
-            self.modules = pyroute2()
-            self.nl = NetlinkSocket(NETLINK_ROUTE)
+        with entered(self.netns) if self.netns else nullcontext():
+            return NetlinkSocket(NETLINK_ROUTE)
 
     def close(self) -> None:
         self.nl.close()
@@ -218,12 +223,8 @@ class RtnlSocket:
         """A fresh socket in the same netns in place of this one (see `dump`). When the
         netns cannot be entered any more, the old one stays: only another dump on it is
         refused (the dump's leftovers carry another sequence number and are skipped)."""
-        from common.errors import CniError
-        from common.netns import entered
-
         try:
-            with entered(self.netns) if self.netns else nullcontext():
-                fresh = NetlinkSocket(NETLINK_ROUTE)
+            fresh = self._open()
         except CniError:
             return
         self.nl.close()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 TYPE_CHECKING = False  # `typing` is costly to import (docs/performance.md)
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
     from typing import Any, ClassVar, Self, TypeVar, dataclass_transform
 
     T = TypeVar("T")
@@ -43,12 +43,11 @@ class _ValueMeta(type):
     def __new__(mcs, name: str, bases: tuple[type, ...], ns: dict[str, Any]) -> _ValueMeta:
         annotations = ns.get("__annotations__", {})
         own = [f for f, kind in annotations.items() if not str(kind).startswith("ClassVar")]
-        inherited: tuple[str, ...] = next(
-            (b.__dict__["_field_names"] for b in bases if "_field_names" in b.__dict__), ()
+        base: Mapping[str, Any] = next(
+            (b.__dict__ for b in bases if "_field_names" in b.__dict__), {}
         )
-        defaults = dict(
-            next((b.__dict__["_defaults"] for b in bases if "_defaults" in b.__dict__), {})
-        )
+        inherited: tuple[str, ...] = base.get("_field_names", ())
+        defaults = dict(base.get("_defaults", {}))
         for attr in own:
             value = ns.pop(attr, _MISSING)
             if value is not _MISSING:
