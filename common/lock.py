@@ -44,9 +44,7 @@ def _take(fd: int, operation: int, byte: int) -> None:
         fcntl.lockf(fd, operation, 1, byte)
 
 
-def _flock(
-    fd: int, path: str, timeout: float, operation: int = fcntl.LOCK_EX, byte: int = -1
-) -> bool:
+def _flock(fd: int, path: str, timeout: float, operation: int, byte: int) -> bool:
     """Lock `fd` (`operation`: LOCK_EX or LOCK_SH); False when it is still taken after
     `timeout` seconds. The wait is a blocking lock cut off by SIGALRM: a blocked lock is
     woken the moment the holder lets go, where a poller with sleeps loses that race to
