@@ -203,7 +203,7 @@ def _checked_address(obj: JsonObject, key: str, *, cidr: bool, required: bool) -
     if ok:
         try:
             _socket.inet_pton(_socket.AF_INET6 if v6 else _socket.AF_INET, text)
-        except OSError:
+        except (OSError, ValueError):  # ValueError: a NUL, a lone surrogate
             ok = False
     if not ok:
         want = "an address with a prefix length, like 10.1.0.2/24" if cidr else "an IP address"
