@@ -40,11 +40,9 @@ def split_known(raw: Mapping[str, Any], known: Iterable[str]) -> dict[str, Any]:
 
 
 class JsonObject:
-    """A read-only view of one JSON object with typed, case-insensitive getters.
-
-    `where` is the path shown in error messages, e.g. "runtimeConfig.portMappings[2]".
-    A key present with a JSON null counts as absent, as in Go.
-    """
+    """A read-only view of one JSON object with typed, case-insensitive getters; `where` is
+    its path in error messages ("runtimeConfig.portMappings[2]"). A key present with a JSON
+    null counts as absent, as in Go."""
 
     __slots__ = ("raw", "where")
 

@@ -246,12 +246,10 @@ class RtnlSocket:
         self, msg: Any, msg_type: int, limit: int, *, tolerate: tuple[int, ...] = ()
     ) -> tuple[list[Any], bool]:
         """The first `limit` replies of a dump of `msg`, and whether the kernel had more.
-
         The rest is never read: what a dump lists may be someone else's to grow (a
         container with NET_ADMIN adds filters in its own netns), and a call's work must
-        not grow with it. The kernel would go on with an unfinished dump on this socket
-        at every later read (and refuse another dump on it), so the socket is replaced
-        by a fresh one in the same netns."""
+        not grow with it. The kernel would go on with the unfinished dump at every later
+        read (and refuse another dump), so the socket is replaced by a fresh one."""
         found: list[Any] = []
         replies = self.replies(msg, msg_type, NLM_F_DUMP)
         try:
