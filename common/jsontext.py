@@ -66,12 +66,6 @@ except (ImportError, TypeError):
     _scan = None
 
 
-def _error(message: str, text: str, position: int) -> ValueError:
-    from json import JSONDecodeError
-
-    return JSONDecodeError(message, text, position)
-
-
 def _encoding_of(data: bytes) -> str:
     """The encoding json.loads assumes for bytes: UTF-8, unless a BOM or a NUL byte in front
     says UTF-16 or -32 (RFC 8259 allows them too), which json.detect_encoding then tells."""
@@ -84,35 +78,26 @@ def _encoding_of(data: bytes) -> str:
 
 def loads(data: str | bytes) -> Any:
     """json.loads(data)."""
-    if _scan is None:
-        import json
+    if _scan is not None:
+        text = data.decode(_encoding_of(data), "surrogatepass") if isinstance(data, bytes) else data
+        end = len(text)
+        start = 0
+        while start < end and text[start] in _WHITESPACE:
+            start += 1
+        try:
+            value, stop = _scan(text, start)
+        except (StopIteration, SystemError):
+            pass  # malformed (a str's BOM too): json says what is wrong, below
+        else:
+            while stop < end and text[stop] in _WHITESPACE:
+                stop += 1
+            if stop == end:
+                return value
+    # Without `_json`, and for malformed input: only json makes its JSONDecodeError (with
+    # its message and position), as `_json` itself does once json.decoder is imported.
+    import json
 
-        return json.loads(data, object_pairs_hook=_object)
-    if isinstance(data, bytes):
-        text = data.decode(_encoding_of(data), "surrogatepass")
-    else:
-        text = data
-        if text.startswith("\ufeff"):
-            raise _error("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
-    end = len(text)
-    start = 0
-    while start < end and text[start] in _WHITESPACE:
-        start += 1
-    try:
-        value, stop = _scan(text, start)
-    except StopIteration as e:
-        raise _error("Expecting value", text, e.value) from None
-    except SystemError:
-        # `_json` reports malformed input inside a value as json.decoder.JSONDecodeError,
-        # which it can only make once json.decoder is imported: let json say what is wrong.
-        import json
-
-        return json.loads(data)
-    while stop < end and text[stop] in _WHITESPACE:
-        stop += 1
-    if stop != end:
-        raise _error("Extra data", text, stop)
-    return value
+    return json.loads(data, object_pairs_hook=_object)
 
 
 def _not_serializable(value: object) -> None:
