@@ -16,8 +16,8 @@ engine does the rest, the same for everyone:
 - **undo, then forget**: when the ADD fails (a CniError) after an intent, the engine runs
   the intent's `undo` and forgets the record once that worked; when the undo fails, the
   record stays for the DEL the runtime sends next. An intent without `undo` belongs to an
-  apply that puts the kernel back itself: the record from before the ADD is put back (as
-  `Change.found` last saw the kernel), unless the apply raised `UndoFailed`;
+  apply that puts the kernel back itself: the record from before the ADD is put back (or
+  what `Change.found` last saw of the kernel), unless the apply raised `UndoFailed`;
 - **teardown**: DEL lets the plugin tear down what the record says (None: there is no
   usable one), then forgets it whatever the file held, so that a DEL can always finish;
   a teardown that raises keeps the record for the retried DEL;

@@ -7,7 +7,8 @@ An absent key (or null) gives the field's default, but for a `required` key of a
 record, which is unusable without it. A value its decoder refuses (ValueError) makes the
 whole record unusable, naming the key (the store then ignores the file, DEL forgets it,
 GC removes it), unless the type is `TOLERANT`: then the field takes its default, for
-files that other programs write too. A field whose value (or encoding) is None is not written.
+files that other programs write too. A field whose value (or encoding) is None is not
+written.
 
 Files are named after the attachment's tag (`<network hash>-<attachment hash>.json`), so
 that GC can tell a network's files by their names alone; a type may keep another name
