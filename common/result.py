@@ -73,9 +73,9 @@ class Result(Value):
     dns: DNS = field(default_factory=DNS)
     extra: dict[str, Any] | None = None
 
-    def interface_index(self, name: str, *, in_sandbox: bool | None = None) -> int | None:
+    def interface_index(self, name: str, *, in_sandbox: bool) -> int | None:
         for i, iface in enumerate(self.interfaces):
-            if iface.name == name and (in_sandbox is None or bool(iface.sandbox) == in_sandbox):
+            if iface.name == name and bool(iface.sandbox) == in_sandbox:
                 return i
         return None
 
