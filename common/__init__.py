@@ -1,16 +1,11 @@
-"""CNI plumbing shared by the meta-plugins (docs/architecture.md). Nothing here knows about
-ports, rates or sysctls, and nothing here imports a heavy library at import time: every
-container start pays for what this package imports.
-"""
+"""CNI plumbing shared by the plugins (docs/architecture.md): nothing here knows about ports,
+rates or sysctls, or imports a heavy library at import time (every call pays for it)."""
 
 
 def entry(name: str) -> None:
-    """What every plugin executable runs (its __main__.main): runs the plugin `name`
-    (common.skel.Plugin) and ends the process with its status.
-
-    Here rather than in a module of its own: this package is imported on every call anyway,
-    and a module more would cost VERSION (podman's most frequent call) another file lookup.
-    """
+    """What every plugin executable's __main__.main runs: the plugin `name`, then the end
+    of the process. Here, not in a module of its own: this package is imported on every
+    call anyway, and a module more would cost VERSION (podman's most frequent call)."""
     from common.skel import Plugin, run
 
     finish(run(Plugin(name)))

@@ -1,57 +1,41 @@
 """The attachment engine: the one crash-safe protocol by which every plugin changes the
-kernel for an attachment and keeps its record in the store (common.store).
-
-A plugin's verbs supply what is theirs: parse, plan, observe/reconcile and apply against
-their kernel port. The engine supplies the rest, the same for everyone:
+kernel for an attachment and keeps its record in the store (common.store). A plugin's
+verbs supply parse, plan, observe/reconcile and apply against their kernel port; the
+engine does the rest, the same for everyone:
 
 - **lock**: every verb runs under the store's lock (or the one named), so an ADD, a DEL
-  and a GC of the same attachment never interleave. With `each` (a lock per attachment),
-  ADD and DEL hold that lock shared plus their attachment's own, so calls of different
-  attachments run side by side (one container's slow call stalls no other), while GC
-  holds it exclusively: it still sees a store no ADD is writing;
+  and a GC of one attachment never interleave. With `each`, ADD and DEL hold it shared
+  plus their attachment's own, so calls of different attachments run side by side, while
+  GC holds it exclusively: it still sees a store no ADD is writing;
 - **intent before the kernel**: `Change.intend(record)` writes the record with
-  ``committed`` false before the kernel is touched. A record means one thing for every
-  plugin: an intent says "these objects *may* exist" (the plugin was killed, or failed,
-  somewhere after writing it), a committed record says "these exist as recorded";
+  ``committed`` false before the kernel is touched: "these objects *may* exist" (the
+  plugin was killed, or failed, after writing it); a committed one: "these exist";
 - **confirm**: `Change.confirm(record)` (or leaving the block normally) writes it again,
-  committed. That re-save is also what GC relies on: a file replaced after GC took its
-  stamps belongs to an ADD that was in flight, which GC leaves alone (see sweep in
-  common.store);
-- **undo, then forget**: when the ADD fails (a CniError leaves the block) after an intent,
-  the engine runs the intent's `undo` and forgets the record once that worked; when the
-  undo fails, the record stays, because the DEL the runtime sends next needs it. An
-  intent without `undo` belongs to an apply that puts the kernel back by itself (one
-  transaction, or its own rollback): the record it had before the ADD is put back, as
-  it was or as the plugin found the kernel since (`Change.found`). An apply that could
-  not put everything back raises `UndoFailed`: the intent stays for DEL;
-- **teardown**: DEL loads the record (None: there is none, or none it can use), lets the
-  plugin tear down, then forgets it, whatever the file held, so that a DEL can always
-  finish. When the teardown raises, the record stays for the retried DEL;
-- **GC**: stamps before the lock, then the store's sweep: stale records are torn down and
-  forgotten, records of ADDs in flight are kept, and the attachments still alive
-  (valid plus in flight) are handed to the plugin's own sweep of the kernel.
-
-API (records are common.records.Record: `network`, `container_id`, `ifname`,
-`committed` and the plugin's own fields; an attachment is common.identity.Attachment):
-
-    engine = Engine(store, log, lock="")      # lock: a lock file name; "" = the store's
-    Engine(store, log, each=key_of)            # key_of(attachment) -> str: a lock per key
+  committed. GC relies on that re-save: a file replaced after GC took its stamps belongs
+  to an ADD in flight, which GC spares (sweep in common.store);
+- **undo, then forget**: when the ADD fails (a CniError) after an intent, the engine runs
+  the intent's `undo` and forgets the record once that worked; when the undo fails, the
+  record stays for the DEL the runtime sends next. An intent without `undo` belongs to an
+  apply that puts the kernel back itself: the record from before the ADD is put back (or
+  what `Change.found` last saw of the kernel), unless the apply raised `UndoFailed`;
+- **teardown**: DEL lets the plugin tear down what the record says (None: there is no
+  usable one), then forgets it whatever the file held, so that a DEL can always finish;
+  a teardown that raises keeps the record for the retried DEL;
+- **GC**: stamps before the lock, then the store's sweep: stale records torn down and
+  forgotten, those of ADDs in flight kept, and the attachments still alive handed to the
+  plugin's own sweep of the kernel.
 
     with engine.add(attachment) as change:     # lock taken, change.previous loaded
-        change.previous                        # the record before this ADD, or None
         change.intend(record, undo=callable)   # undo: None = apply puts the kernel back
         ...apply...                            # CniError: undo, forget / put previous back
         change.found(record_or_None)           # optional: what the kernel holds now
         change.confirm(record)                 # optional: the block's end confirms the intent
-
     engine.delete(attachment, teardown)        # teardown(record or None) -> its result
-
     with engine.collecting(network, valid, teardown, owns=..., unusable="", before=...) as alive:
         ...the plugin's own kernel sweep, sparing `alive`...
 
 An ADD that fails before its intent leaves the store as it was. Exceptions other than
-CniError (a bug, a signal) leave the intent in place, as a kill would: the protocol
-holds for that case too.
+CniError (a bug, a signal) leave the intent in place, as a kill would.
 """
 
 from __future__ import annotations
@@ -94,9 +78,8 @@ class Change(Generic[R]):
         self._undo: Callable[[], object] | None = None
 
     def intend(self, record: R, undo: Callable[[], object] | None = None) -> None:
-        """Record that `record`'s objects may exist from now on: call it before the kernel
-        is touched. `undo` puts the kernel back when the ADD fails after this; None: the
-        apply does that itself, and the record from before the ADD is put back."""
+        """Record that `record`'s objects may exist from now on (before the kernel is
+        touched); `undo`: see the module's docstring."""
         self._intent = _marked(record, False)
         self._undo = undo
         self.store.save(self.attachment, self._intent)
@@ -203,12 +186,10 @@ class Engine(Generic[R]):
         unusable: str | None = None,
         before: Stamps | None = None,
     ) -> Iterator[set[Attachment]]:
-        """GC of `network`: under the lock, tear down and forget each stale record that
-        `owns` (another backend's records in a shared store are not this sweep's), keep
-        those of ADDs in flight, and yield the attachments still alive for the plugin's
-        own kernel sweep, still under the lock. `unusable`: also remove the files no call
-        can use whose names start with it (None: leave them). `before`: the stamps, when
-        the caller took them earlier than this call."""
+        """GC of `network` (see the module's docstring): `owns` says which stale records
+        are this sweep's (not another backend's in a shared store); `unusable`: also remove
+        the files no call can use whose names start with it (None: leave them); `before`:
+        the stamps, when the caller took them earlier than this call."""
         store = self.store
         if before is None:
             before = store.stamps()  # before the lock, which an ADD in flight may hold

@@ -38,8 +38,6 @@ class NetConf(Value):
 
     cni_version: str
     name: str
-    type: str
-    capabilities: dict[str, Any]
     runtime_config: JsonObject
     args: JsonObject
     prev_result: Result | None
@@ -64,7 +62,9 @@ def parse_netconf(raw: dict[str, Any]) -> NetConf:
             f"invalid network name {name[:80]!r}",
             "a name starts with a letter or digit and contains only letters, digits, '_', '.', '-'",
         )
-    capabilities = body.child("capabilities")
+    # Read only to refuse what Go's NetConf refuses: a type or capabilities of another kind.
+    body.string("type")
+    body.child("capabilities")
     runtime_config = body.child("runtimeConfig") or JsonObject({}, "runtimeConfig")
     args = body.child("args") or JsonObject({}, "args")
     prev_raw = body.get("prevResult")
@@ -72,8 +72,6 @@ def parse_netconf(raw: dict[str, Any]) -> NetConf:
     return NetConf(
         cni_version=version,
         name=name,
-        type=body.string("type", ""),
-        capabilities=dict(capabilities.raw) if capabilities else {},
         runtime_config=runtime_config,
         args=args,
         prev_result=prev,

@@ -1,10 +1,6 @@
-"""sha512/sha256 hex digests without importing hashlib (every plugin's names and tags).
-
-hashlib loads OpenSSL's _hashlib (paid on every container start); the builtin
-modules CPython ships give the same digests for the few bytes hashed here. They are
-private: where neither is importable, hashlib does the work (tests/unit/test_stdlib_fallback.py
-forces that path).
-"""
+"""sha512/sha256 hex digests (every plugin's names and tags) from CPython's builtin modules,
+without hashlib, which loads OpenSSL's _hashlib on every container start. They are private:
+where neither is importable, hashlib does the work (tests/unit/test_stdlib_fallback.py)."""
 
 from __future__ import annotations
 

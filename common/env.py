@@ -36,17 +36,17 @@ def is_plain_name(text: str) -> bool:
     return bool(text) and text[0] in _NAME_START and all(c in _NAME_CHARS for c in text)
 
 
-def validate_container_id(cid: str, what: str = "CNI_CONTAINERID") -> None:
+def validate_container_id(cid: str) -> None:
     if not is_plain_name(cid) or len(cid) > MAX_CONTAINER_ID:
         raise CniError(
             INVALID_ENVIRONMENT,
-            f"invalid {what} {cid[:80]!r}",
+            f"invalid CNI_CONTAINERID {cid[:80]!r}",
             "it must start with a letter or digit and contain only letters, digits, "
             f"'_', '.' and '-' (at most {MAX_CONTAINER_ID} characters)",
         )
 
 
-def validate_ifname(name: str, what: str = "CNI_IFNAME") -> None:
+def validate_ifname(name: str) -> None:
     problem = ""
     # The kernel counts bytes; os.environ holds undecodable bytes as lone surrogates.
     size = len(name.encode("utf-8", "surrogateescape"))
@@ -63,7 +63,7 @@ def validate_ifname(name: str, what: str = "CNI_IFNAME") -> None:
     elif any(c in "/:" or c.isspace() for c in name):
         problem = "it must not contain '/', ':' or white space"
     if problem:
-        raise CniError(INVALID_ENVIRONMENT, f"invalid {what} {name[:40]!r}", problem)
+        raise CniError(INVALID_ENVIRONMENT, f"invalid CNI_IFNAME {name[:40]!r}", problem)
 
 
 DEFAULT_STATE_ROOT = "/run/cni/meta-plugins"
@@ -73,7 +73,7 @@ STATE_ROOT_ENV = "CNI_META_STATE_ROOT"
 def plugin_dir(plugin: str, environ: Mapping[str, str] | None = None, default: str = "") -> str:
     """<state root>/<plugin>; `default` instead when CNI_META_STATE_ROOT is not set (tuning
     keeps Go's /run/cni/tuning). Here, not in common.store: tuning's config names its
-    dataDir with it, and a call that passes through needs no state store."""
+    dataDir with it, and a call that passes through needs no store."""
     import os
 
     root = (os.environ if environ is None else environ).get(STATE_ROOT_ENV)

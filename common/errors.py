@@ -20,23 +20,17 @@ CONFLICT = 101  # a resource (host port, ...) is owned by another attachment
 CHECK_FAILED = 102  # CHECK found the live state differs from the config
 INTERNAL = 999  # a bug: an unexpected exception
 
-# Bounded input: a runtime never sends megabytes; a config that large is a mistake or an
-# attack, and reading it whole would cost the node memory and time. common.config.decode
-# refuses more than this with DECODING_FAILURE (skel reads one byte more so that it can
-# tell). Here, below both, because skel imports config.
+# A runtime never sends megabytes: a config that large is a mistake or an attack, which
+# common.config.decode refuses (error 6; skel reads one byte more so that it can tell).
 MAX_STDIN_BYTES = 1 << 20
 
 
 def escape(text: str, *, spaces: bool = False) -> str:
-    """`text` as it may appear in a log line or an error message: every character that could
-    end the line, move the cursor or recolour a terminal (newline, carriage return, ESC of an
-    ANSI sequence, the other control characters, U+2028, lone surrogates...) written the way
-    repr() writes it (`\\n`, `\\x1b`, `\\u2028`), so that a value quoted in a message (a
-    CNI_NETNS, a config value, a tool's output) can never forge a record of its own. With
-    `spaces`, a space too (`\\x20`), for fields that spaces separate (the log prefix).
-
-    The one escaping function: the logger applies it to every record and CniError to its
-    message and details wherever they are written."""
+    """`text` with every character that could end a line, move the cursor or recolour a
+    terminal (control characters, ESC, U+2028, lone surrogates...) written as repr() writes
+    it, so that a value quoted in a log line or an error message can never forge a record
+    of its own; with `spaces`, a space too (`\\x20`, for the log prefix's fields). The logger
+    applies it to every record, CniError to its message and details."""
     if text.isprintable() and not (spaces and " " in text):
         return text
     return "".join(

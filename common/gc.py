@@ -1,8 +1,5 @@
-"""GC input: the attachments a runtime says are still alive.
-
-Which of the others were still being ADDed when GC started, the attachment store says
-(common/store.py, AttachmentStore.sweep).
-"""
+"""GC input: the attachments a runtime says are still alive (which of the others were
+still being ADDed when GC started, AttachmentStore.sweep says)."""
 
 from __future__ import annotations
 
@@ -18,12 +15,9 @@ LEGACY_ATTACHMENTS = "cni.dev/attachments"
 
 
 def valid_attachments(network: str, body: JsonObject) -> set[Attachment]:
-    """Parse cni.dev/valid-attachments (or the legacy cni.dev/attachments) from the config
-    of `network`.
-
-    Neither key present means "no attachment is valid"; that is what the spec says a GC
-    with an empty list means, so a plugin removes everything it owns on this network.
-    """
+    """cni.dev/valid-attachments (or the legacy cni.dev/attachments) of `network`'s config.
+    Neither key means "no attachment is valid", as the spec says of an empty list: a
+    plugin removes everything it owns on this network."""
     key = VALID_ATTACHMENTS if body.get(VALID_ATTACHMENTS) is not None else LEGACY_ATTACHMENTS
     out: set[Attachment] = set()
     for entry in body.objects(key):

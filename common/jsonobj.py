@@ -13,7 +13,9 @@ from common.errors import invalid_config
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
-    from typing import Any
+    from typing import Any, TypeVar
+
+    T = TypeVar("T")
 
 _MISSING: Any = object()
 _TYPE_NAMES = (
@@ -31,17 +33,6 @@ def _type_name(value: object) -> str:
     return next((name for t, name in _TYPE_NAMES if isinstance(value, t)), type(value).__name__)
 
 
-def ci_get(obj: Mapping[str, Any], key: str, default: Any = None) -> Any:
-    """The value Go would bind to `key`: every key matching it ignoring case is assigned in
-    document order, so with both "hostPort" and "HostPort" the last one wins."""
-    folded = key.casefold()
-    value = default
-    for k, v in obj.items():
-        if k.casefold() == folded:
-            value = v
-    return value
-
-
 def split_known(raw: Mapping[str, Any], known: Iterable[str]) -> dict[str, Any]:
     """The entries of raw whose key is not one of `known` (compared ignoring case)."""
     folded = {k.casefold() for k in known}
@@ -49,11 +40,9 @@ def split_known(raw: Mapping[str, Any], known: Iterable[str]) -> dict[str, Any]:
 
 
 class JsonObject:
-    """A read-only view of one JSON object with typed, case-insensitive getters.
-
-    `where` is the path shown in error messages, e.g. "runtimeConfig.portMappings[2]".
-    A key present with a JSON null counts as absent, as in Go.
-    """
+    """A read-only view of one JSON object with typed, case-insensitive getters; `where` is
+    its path in error messages ("runtimeConfig.portMappings[2]"). A key present with a JSON
+    null counts as absent, as in Go."""
 
     __slots__ = ("raw", "where")
 
@@ -74,7 +63,13 @@ class JsonObject:
         return self.get(key) is not None
 
     def get(self, key: str, default: Any = None) -> Any:
-        value = ci_get(self.raw, key)
+        """The value Go would bind to `key`: every key matching it ignoring case is assigned
+        in document order, so with both "hostPort" and "HostPort" the last one wins."""
+        folded = key.casefold()
+        value = None
+        for k, v in self.raw.items():
+            if k.casefold() == folded:
+                value = v
         return default if value is None else value
 
     def _typed(self, key: str, types: tuple[type, ...], want: str, default: Any) -> Any:
@@ -128,27 +123,23 @@ class JsonObject:
 # (the caller puts the key in front of it).
 
 
-def text(value: Any) -> str:
-    if not isinstance(value, str):
-        raise ValueError("is not a string")
-    return value
+def _of_type(kind: type[T], what: str) -> Callable[[Any], T]:
+    def decode(value: Any) -> T:
+        if not isinstance(value, kind):
+            raise ValueError(f"is not {what}")
+        return value
+
+    return decode
+
+
+text = _of_type(str, "a string")
+flag = _of_type(bool, "true or false")
+listed = _of_type(list, "a list")
 
 
 def non_empty(value: Any) -> str:
     if not isinstance(value, str) or not value:
         raise ValueError("is not a non-empty string")
-    return value
-
-
-def flag(value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError("is not true or false")
-    return value
-
-
-def listed(value: Any) -> list[Any]:
-    if not isinstance(value, list):
-        raise ValueError("is not a list")
     return value
 
 

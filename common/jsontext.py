@@ -1,20 +1,14 @@
 """JSON text in and out, as `json.loads` / `json.dumps` with their default settings, without
-importing the `json` package.
+importing `json`: its decoder and scanner compile regular expressions when imported
+(pulling in `re`, `enum`, `functools`, `collections`: a cost of every plugin start), which
+CPython's C scanner and encoder in `_json`, doing the actual work, never use. This module
+drives those, so the results are json's; malformed input is still json's JSONDecodeError
+(a ValueError) with its message: only then is `json` imported. Where `_json` is missing or
+its constructors take other arguments, `loads` and `dumps` are json's own
+(tests/unit/test_stdlib_fallback.py forces that path).
 
-`import json` is a cost of every plugin start: json.decoder and json.scanner compile
-regular expressions when they are imported (pulling in `re`, `enum`, `functools`,
-`collections`), although the C scanner and encoder of CPython's `_json`, which do the
-actual work, never use them. This module drives that same C scanner and encoder, so the
-results are the ones `json` gives. Malformed input is still a `json.JSONDecodeError` (a
-ValueError) with json's message: only then is `json` imported, to make it.
-
-`_json` is CPython's private module: where it is missing (another implementation, a build
-without it) or its constructors no longer take these arguments, `loads` and `dumps` are
-json's own, with the same results (tests/unit/test_stdlib_fallback.py forces that path).
-
-One addition: an object that has a key twice (the last value wins, as with json.loads)
-comes back as a `RepeatedKeys` dict that names it, which json.loads cannot tell (tuning
-refuses a sysctl given twice).
+One addition: an object with a key twice (the last value wins, as with json.loads) comes
+back as a `RepeatedKeys` dict that names it (tuning refuses a sysctl given twice).
 """
 
 from __future__ import annotations
@@ -72,64 +66,38 @@ except (ImportError, TypeError):
     _scan = None
 
 
-def _error(message: str, text: str, position: int) -> ValueError:
-    from json import JSONDecodeError
-
-    return JSONDecodeError(message, text, position)
-
-
 def _encoding_of(data: bytes) -> str:
-    """The encoding json.loads assumes for bytes (RFC 8259 allows UTF-8, -16 and -32)."""
-    if data.startswith((b"\x00\x00\xfe\xff", b"\xff\xfe\x00\x00")):
-        return "utf-32"
-    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
-        return "utf-16"
-    if data.startswith(b"\xef\xbb\xbf"):
-        return "utf-8-sig"
-    if len(data) >= 4:
-        if not data[0]:
-            return "utf-16-be" if data[1] else "utf-32-be"
-        if not data[1]:
-            return "utf-16-le" if data[2] or data[3] else "utf-32-le"
-    elif len(data) == 2:
-        if not data[0]:
-            return "utf-16-be"
-        if not data[1]:
-            return "utf-16-le"
-    return "utf-8"
+    """The encoding json.loads assumes for bytes: UTF-8, unless a BOM or a NUL byte in front
+    says UTF-16 or -32 (RFC 8259 allows them too), which json.detect_encoding then tells."""
+    if data[:1] not in (b"\0", b"\xef", b"\xfe", b"\xff") and data[1:2] != b"\0":
+        return "utf-8"
+    from json import detect_encoding
+
+    return detect_encoding(data)
 
 
 def loads(data: str | bytes) -> Any:
     """json.loads(data)."""
-    if _scan is None:
-        import json
+    if _scan is not None:
+        text = data.decode(_encoding_of(data), "surrogatepass") if isinstance(data, bytes) else data
+        end = len(text)
+        start = 0
+        while start < end and text[start] in _WHITESPACE:
+            start += 1
+        try:
+            value, stop = _scan(text, start)
+        except (StopIteration, SystemError):
+            pass  # malformed (a str's BOM too): json says what is wrong, below
+        else:
+            while stop < end and text[stop] in _WHITESPACE:
+                stop += 1
+            if stop == end:
+                return value
+    # Without `_json`, and for malformed input: only json makes its JSONDecodeError (with
+    # its message and position), as `_json` itself does once json.decoder is imported.
+    import json
 
-        return json.loads(data, object_pairs_hook=_object)
-    if isinstance(data, bytes):
-        text = data.decode(_encoding_of(data), "surrogatepass")
-    else:
-        text = data
-        if text.startswith("\ufeff"):
-            raise _error("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
-    end = len(text)
-    start = 0
-    while start < end and text[start] in _WHITESPACE:
-        start += 1
-    try:
-        value, stop = _scan(text, start)
-    except StopIteration as e:
-        raise _error("Expecting value", text, e.value) from None
-    except SystemError:
-        # `_json` reports malformed input inside a value as json.decoder.JSONDecodeError,
-        # which it can only make once json.decoder is imported: let json say what is wrong.
-        import json
-
-        return json.loads(data)
-    while stop < end and text[stop] in _WHITESPACE:
-        stop += 1
-    if stop != end:
-        raise _error("Extra data", text, stop)
-    return value
+    return json.loads(data, object_pairs_hook=_object)
 
 
 def _not_serializable(value: object) -> None:

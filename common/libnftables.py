@@ -1,9 +1,7 @@
-"""libnftables through ctypes: the project's one binding of it. The nftables project's
-own Python binding is not on PyPI, and the distribution's (Debian's python3-nftables) is
-installed into the system Python, which the plugins' isolated venv or bundle does not
-see; so the few calls portmap and flatnet make are bound here, needing only the libnftables1
-library. A context lives as long as the process (never freed: the process exits).
-"""
+"""libnftables through ctypes, the few calls portmap and flatnet make: the nftables
+project's Python binding is not on PyPI, and Debian's python3-nftables is installed into
+the system Python, which the plugins' venv or bundle does not see. A context lives as
+long as the process (never freed: the process exits)."""
 
 from __future__ import annotations
 

@@ -19,8 +19,8 @@ DEFAULT_LOCK_TIMEOUT = 30.0
 
 
 def lock_timeout() -> float:
-    """CNI_META_LOCK_TIMEOUT in seconds (default 30); a value that is not a non-negative
-    number falls back to the default rather than making every verb fail."""
+    """CNI_META_LOCK_TIMEOUT in seconds; a value that is not a non-negative number falls
+    back to the default rather than making every verb fail."""
     try:
         value = float(os.environ.get(LOCK_TIMEOUT_ENV, DEFAULT_LOCK_TIMEOUT))
     except ValueError:
@@ -37,26 +37,19 @@ def _on_alarm(signum: int, frame: object) -> None:
 
 
 def _take(fd: int, operation: int, byte: int) -> None:
-    """flock(2) the file (`byte` < 0), or lock its one byte at offset `byte` (a POSIX
-    record lock: a file holds as many locks as it has bytes, and no file per lock is
-    left behind)."""
+    """flock(2) the file (`byte` < 0), or lock its one byte at offset `byte`."""
     if byte < 0:
         fcntl.flock(fd, operation)
     else:
         fcntl.lockf(fd, operation, 1, byte)
 
 
-def _flock(
-    fd: int, path: str, timeout: float, operation: int = fcntl.LOCK_EX, byte: int = -1
-) -> bool:
-    """Lock `fd` (`operation`: LOCK_EX or LOCK_SH; `byte`, see _take); False when it is
-    still taken after `timeout` seconds.
-
-    The wait is a blocking flock cut off by SIGALRM: a blocked flock is woken the moment
-    the holder lets go, where a poller with sleeps loses that race to every caller that
-    happens to be awake and can starve for the whole timeout (many tuning ADDs waiting on
-    one dataDir lock). Signals need the main thread: plugin code runs there.
-    """
+def _flock(fd: int, path: str, timeout: float, operation: int, byte: int) -> bool:
+    """Lock `fd` (`operation`: LOCK_EX or LOCK_SH); False when it is still taken after
+    `timeout` seconds. The wait is a blocking lock cut off by SIGALRM: a blocked lock is
+    woken the moment the holder lets go, where a poller with sleeps loses that race to
+    every caller awake and can starve for the whole timeout (many tuning ADDs on one
+    dataDir lock). Signals need the main thread: plugin code runs there."""
     try:
         _take(fd, operation | fcntl.LOCK_NB, byte)
         return True
@@ -90,20 +83,17 @@ def flock_with_deadline(
     shared: bool = False,
     key: str = "",
 ) -> Iterator[None]:
-    """Hold an exclusive flock on `path` (created if missing) for the `with` block.
+    """Hold a lock on `path` (created if missing; with `dir_fd`, its last component in
+    that directory) for the `with` block: an exclusive flock, or `shared`; with `key`, a
+    POSIX record lock of the one byte at an offset hashed from `key` instead: a lock per
+    attachment without a file per attachment (two keys that hash alike only serialize).
 
     Error 11 (try again later) when it is still taken after `timeout` seconds (default:
-    CNI_META_LOCK_TIMEOUT): a runtime retries, where a flock without deadline would hang
-    it. flock is released by the kernel when the holder dies, so a SIGKILLed plugin never
-    leaves a lock behind. A lock belongs to the open file description: a child forked
-    inside the block holds it too until it exits. With `dir_fd`, `path` is opened by its
-    last component in that directory (StateDir: the directory it checked).
-
-    `shared`: a shared flock. `key`: instead of the whole file, the one byte of it at an
-    offset hashed from `key` (a POSIX record lock, also released when the holder dies):
-    a lock per attachment without a file per attachment. Two keys that hash alike share
-    a lock, which only serializes them. Record locks belong to the process and go with
-    any close of the file in it: only this function opens such a file, once per block.
+    CNI_META_LOCK_TIMEOUT): a runtime retries, where a lock without deadline would hang
+    it. The kernel releases both kinds when the holder dies, so a SIGKILLed plugin leaves
+    no lock behind. A flock belongs to the open file description (a child forked inside
+    the block holds it too), a record lock to the process, and any close of the file in it
+    drops it: only this function opens such a file, once per block.
     """
     timeout = lock_timeout() if timeout is None else timeout
     operation = fcntl.LOCK_SH if shared else fcntl.LOCK_EX

@@ -27,15 +27,14 @@ CLONE_NEWNET = 0x40000000
 
 @cache
 def libc() -> Any:
-    """The C library through ctypes (loaded on first use), keeping errno for get_errno."""
+    """The C library through ctypes, keeping errno for get_errno."""
     import ctypes
 
     return ctypes.CDLL(None, use_errno=True)
 
 
 def setns(fd: int) -> None:
-    """setns(2) into the network namespace `fd` on the calling thread; OSError when the
-    kernel refuses."""
+    """setns(2) of the calling thread into the network namespace `fd`."""
     if libc().setns(fd, CLONE_NEWNET) != 0:
         import ctypes
 

@@ -1,22 +1,14 @@
 """Records: what the store keeps of one attachment, and how it is spelled in JSON,
-declared once per record type.
+declared once per record type: a common.values.Value with the owner (`network`,
+`container_id`, `ifname`) and `committed` (common.attachment) from `Record`, its own
+fields, and in `KEYS` the JSON key and decoder of each (`Key("device", non_empty)`).
 
-A record type is a common.values.Value with the owner (`network`, `container_id`,
-`ifname`) and `committed` (common.attachment) from `Record`, its own fields, and in `KEYS`
-the JSON key and the decoder of each of its own fields:
-
-    class Shaping(Record):
-        device: str = ""
-        netns: str = ""
-        KEYS = {"device": Key("device", non_empty, required=True),
-                "netns": Key("netns", text)}
-
-Decoding is the same for every type. An absent key (or null) gives the field's default,
-but for a `required` key of a strict record, which is unusable without it. A value its
-decoder refuses (ValueError) makes the whole record unusable, naming the key (the store
-then ignores the file, DEL forgets it, GC removes it), unless the type is `TOLERANT`:
-then the field takes its default, for files that other programs write too. A field
-whose value is None (or encodes to None) is not written.
+An absent key (or null) gives the field's default, but for a `required` key of a strict
+record, which is unusable without it. A value its decoder refuses (ValueError) makes the
+whole record unusable, naming the key (the store then ignores the file, DEL forgets it,
+GC removes it), unless the type is `TOLERANT`: then the field takes its default, for
+files that other programs write too. A field whose value (or encoding) is None is not
+written.
 
 Files are named after the attachment's tag (`<network hash>-<attachment hash>.json`), so
 that GC can tell a network's files by their names alone; a type may keep another name
@@ -148,9 +140,8 @@ class Record(Value):
 
 def decode(data: bytes) -> tuple[Any, str]:
     """(content, "") of a state file's bytes, or (None, why) for bytes that are not JSON we
-    can decode. A torn file cannot come from StateDir.write_json, but a damaged or planted
-    one must not make every DEL fail: RecursionError (thousands of nested arrays) is
-    caught as well as ValueError (not JSON, not UTF-8)."""
+    can decode: a damaged or planted file must not make every DEL fail (RecursionError:
+    thousands of nested arrays; ValueError: not JSON, not UTF-8)."""
     try:
         return json.loads(data), ""
     except (ValueError, RecursionError) as e:

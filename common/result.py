@@ -73,18 +73,15 @@ class Result(Value):
     dns: DNS = field(default_factory=DNS)
     extra: dict[str, Any] | None = None
 
-    def interface_index(self, name: str, *, in_sandbox: bool | None = None) -> int | None:
+    def interface_index(self, name: str, *, in_sandbox: bool) -> int | None:
         for i, iface in enumerate(self.interfaces):
-            if iface.name == name and (in_sandbox is None or bool(iface.sandbox) == in_sandbox):
+            if iface.name == name and bool(iface.sandbox) == in_sandbox:
                 return i
         return None
 
     def container_ips(self, ifname: str) -> list[IPConfig]:
-        """Addresses of the container interface `ifname`.
-
-        An address whose interface index is absent is accepted (older plugins leave it
-        out); one that points at another interface, or at a host-side one, is not.
-        """
+        """Addresses of the container interface `ifname`, and those with no interface
+        index (older plugins leave it out); not those of another or a host-side one."""
         out = []
         for ip in self.ips:
             if ip.interface is None:
@@ -187,12 +184,9 @@ def _put(out: dict[str, Any], key: str, value: Any) -> None:
 
 
 def _checked_address(obj: JsonObject, key: str, *, cidr: bool, required: bool) -> str:
-    """obj[key] as an IP address (with a /prefix when `cidr`), or error 7 naming it.
-
-    Go's result types parse these with net.ParseCIDR / net.ParseIP, so a result carrying
-    anything else is refused there; passing it on would hand the next plugin (or the
-    runtime) a result that is not one.
-    """
+    """obj[key] as an IP address (with a /prefix when `cidr`), or error 7 naming it: Go's
+    result types parse these with net.ParseCIDR / net.ParseIP, so anything else would
+    hand the next plugin (or the runtime) a result that is not one."""
     value: str = obj.string(key, "")
     if not value:
         if required:
@@ -201,17 +195,16 @@ def _checked_address(obj: JsonObject, key: str, *, cidr: bool, required: bool) -
     import _socket
 
     text, slash, prefix = value.partition("/")
-    family = _socket.AF_INET6 if ":" in text else _socket.AF_INET
-    try:
-        _socket.inet_pton(family, text)
-        ok = True
-    except OSError:
-        ok = False
+    v6 = ":" in text
     if cidr:
-        bits = 128 if family == _socket.AF_INET6 else 32
-        ok = ok and bool(slash) and prefix.isdigit() and prefix.isascii() and int(prefix) <= bits
-    elif slash:
-        ok = False
+        ok = prefix.isdigit() and prefix.isascii() and int(prefix) <= (128 if v6 else 32)
+    else:
+        ok = not slash
+    if ok:
+        try:
+            _socket.inet_pton(_socket.AF_INET6 if v6 else _socket.AF_INET, text)
+        except (OSError, ValueError):  # ValueError: a NUL, a lone surrogate
+            ok = False
     if not ok:
         want = "an address with a prefix length, like 10.1.0.2/24" if cidr else "an IP address"
         raise invalid_config(f"{obj.path(key)} {value[:60]!r} is not {want}")
@@ -230,12 +223,10 @@ def _read_ip(
 
 
 def _interface_index(obj: JsonObject, interfaces: int) -> int | None:
-    """ips[].interface: absent, or an index into the result's `interfaces` (the spec's
-    schema: an integer, minimum 0). -1 is what some 0.3.0-era plugins wrote for "no
-    interface", which the spec asks consumers to take gracefully: it reads as absent (and
-    is left out of the result passed on). Any other value that points at no interface
-    (-2, 10**30, past the end) is error 7 here rather than passed on for the next plugin
-    or the runtime to trip over."""
+    """ips[].interface: absent, or an index into the result's `interfaces`. -1, which some
+    0.3.0-era plugins wrote for "no interface" and the spec asks consumers to take
+    gracefully, reads as absent; any other value that points at no interface is error 7
+    here rather than passed on for the next plugin or the runtime to trip over."""
     index: int | None = obj.integer("interface")
     if index == -1:
         return None

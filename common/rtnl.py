@@ -13,7 +13,10 @@ import os
 import struct
 import sys
 from contextlib import nullcontext
+from functools import cache
 from types import SimpleNamespace
+
+from common.errors import CniError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -49,8 +52,6 @@ IFF_UP, IFF_PROMISC, IFF_ALLMULTI = 0x1, 0x100, 0x200  # a link's flags (linux/i
 _HEADER = struct.Struct("=IHHII")  # nlmsghdr: length, type, flags, seq, pid
 NLMSG_HDRLEN = _HEADER.size
 _NLA = struct.Struct("=HH")  # nlattr: length, type
-
-_modules: SimpleNamespace | None = None
 
 
 def register_package_without_init(name: str) -> None:
@@ -88,17 +89,15 @@ def register_package_without_init(name: str) -> None:
     sys.modules[name] = package
 
 
+@cache
 def pyroute2() -> SimpleNamespace:
     """The pyroute2 pieces every rtnetlink user here needs: the link messages
     (`ifinfmsg`). A plugin that sends tc messages loads those itself (bandwidth.tc)."""
-    global _modules
-    if _modules is None:
-        if "pyroute2" not in sys.modules:
-            register_package_without_init("pyroute2")
-        from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
+    if "pyroute2" not in sys.modules:
+        register_package_without_init("pyroute2")
+    from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
 
-        _modules = SimpleNamespace(ifinfmsg=ifinfmsg)
-    return _modules
+    return SimpleNamespace(ifinfmsg=ifinfmsg)
 
 
 def nla(kind: int, payload: bytes) -> bytes:
@@ -145,11 +144,9 @@ class NetlinkSocket:
 
     def request(self, msg_type: int, flags: int, body: bytes) -> Iterator[bytes]:
         """Send one message (nlmsghdr + `body`); yield each reply whole, header included,
-        until DONE or the ACK. Raises NetlinkError with the kernel's explanation.
-
-        Every request that is not a dump asks for an ACK, so the answer always ends with
-        one even when the kernel has nothing else to say (a GET of an invisible qdisc).
-        """
+        until DONE or the ACK (asked for by every request but a dump, so that an answer
+        ends even when the kernel has nothing else to say: a GET of an invisible qdisc).
+        Raises NetlinkError with the kernel's explanation."""
         self.seq += 1
         seq = self.seq
         if flags & NLM_F_DUMP != NLM_F_DUMP:
@@ -184,8 +181,8 @@ def nla_string(kind: int, text: str) -> bytes:
 
 def _raise_for(chunk: bytes) -> None:
     """Raise the error of an NLMSG_ERROR reply (error 0 is the ACK), with the kernel's
-    explanation (NLMSGERR_ATTR_MSG) when it gave one: its attributes follow the error code
-    and the request's header (and body, unless capped)."""
+    explanation when it gave one: its attributes follow the error code and the request's
+    header (and body, unless capped)."""
     (code,) = struct.unpack_from("=i", chunk, NLMSG_HDRLEN)
     if code == 0:
         return
@@ -209,27 +206,25 @@ class RtnlSocket:
     netns only to open it (CniError INVALID_NETNS when it cannot, as common.netns says)."""
 
     def __init__(self, netns: str = "") -> None:
+        self.netns = netns
+        self.nl = self._open()  # a bad netns fails before pyroute2 is loaded
+        self.modules = pyroute2()
+
+    def _open(self) -> NetlinkSocket:
         from common.netns import entered  # looked up at each call: crash points wrap it
 
-        self.netns = netns
-        with entered(netns) if netns else nullcontext():  # a bad netns fails before pyroute2
-            self.modules = pyroute2()
-            self.nl = NetlinkSocket(NETLINK_ROUTE)
+        with entered(self.netns) if self.netns else nullcontext():
+            return NetlinkSocket(NETLINK_ROUTE)
 
     def close(self) -> None:
         self.nl.close()
 
     def reopen(self) -> None:
         """A fresh socket in the same netns in place of this one (see `dump`). When the
-        netns cannot be entered any more, the old socket stays: its requests still get
-        their answers (the dump's leftovers carry another sequence number and are
-        skipped), only another dump on it would be refused."""
-        from common.errors import CniError
-        from common.netns import entered
-
+        netns cannot be entered any more, the old one stays: only another dump on it is
+        refused (the dump's leftovers carry another sequence number and are skipped)."""
         try:
-            with entered(self.netns) if self.netns else nullcontext():
-                fresh = NetlinkSocket(NETLINK_ROUTE)
+            fresh = self._open()
         except CniError:
             return
         self.nl.close()
@@ -251,12 +246,10 @@ class RtnlSocket:
         self, msg: Any, msg_type: int, limit: int, *, tolerate: tuple[int, ...] = ()
     ) -> tuple[list[Any], bool]:
         """The first `limit` replies of a dump of `msg`, and whether the kernel had more.
-
         The rest is never read: what a dump lists may be someone else's to grow (a
         container with NET_ADMIN adds filters in its own netns), and a call's work must
-        not grow with it. The kernel would go on with an unfinished dump on this socket
-        at every later read (and refuse another dump on it), so the socket is replaced
-        by a fresh one in the same netns."""
+        not grow with it. The kernel would go on with the unfinished dump at every later
+        read (and refuse another dump), so the socket is replaced by a fresh one."""
         found: list[Any] = []
         replies = self.replies(msg, msg_type, NLM_F_DUMP)
         try:
@@ -276,12 +269,10 @@ class RtnlSocket:
         return found, True
 
     def exchange(self, msg: Any, msg_type: int, flags: int) -> list[Any]:
-        """`msg` to the kernel, its replies decoded."""
         return list(self.replies(msg, msg_type, flags))
 
     def replies(self, msg: Any, msg_type: int, flags: int) -> Generator[Any]:
-        """`msg` to the kernel, each reply decoded as it is read (where the unit tests'
-        fake answers)."""
+        """`msg` to the kernel, each reply decoded as it is read (where the fake answers)."""
         msg.encode()
         for chunk in self.nl.request(msg_type, flags, msg.data[NLMSG_HDRLEN:]):
             reply = type(msg)(chunk)

@@ -33,15 +33,12 @@ class UnsafePath(Exception):
 
 def open_directory(path: str, *, create: bool = False) -> int | None:
     """An fd of the directory `path`, reached from / one component at a time with
-    O_NOFOLLOW, so that nobody but root (or us) can redirect where it leads; None when it
-    does not exist (components missing with `create` are made, mode 0700).
-
-    Whoever can write a directory can rename what is in it: every directory passed on the
-    way must belong to root or to us and be writable by nobody else, unless its sticky bit
-    keeps others from renaming what they do not own (/tmp), and what is in it is then
-    ours (checked as the next step). A symlink on the way is followed only when it is
-    root's or ours; the last component is the caller's to check (its fd is returned).
-    Raises UnsafePath naming the component, or OSError."""
+    O_NOFOLLOW; None when it does not exist (components missing with `create` are made,
+    mode 0700). Every directory passed on the way must belong to root or to us and be
+    writable by nobody else, unless its sticky bit keeps others from renaming what they
+    do not own (/tmp), and what is in it is then ours (checked as the next step). A symlink
+    on the way is followed only when it is root's or ours; the last component is the
+    caller's to check. Raises UnsafePath naming the component, or OSError."""
     trusted = (0, os.geteuid())
     todo = [p for p in reversed(path.split("/")) if p not in ("", ".")]
     names: list[str] = []  # where each fd of `fds` beyond the first is, for messages

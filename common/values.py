@@ -1,26 +1,17 @@
-"""Base of the plain value classes (configs, plans, kernel observations).
-
-What `@dataclass` gives, without importing `dataclasses` (which imports `inspect`, `re`
-and more, on every container start). A value class only declares its fields:
-
-    class Link(Value):
-        index: int
-        name: str
-        up: bool = True
-
-and gets `__slots__`, an `__init__` taking the fields in that order (defaults as
-declared; `field(default_factory=list)` for a fresh list per instance), equality, hashing,
-a repr and `replace` over the fields; `OrderedValue` adds ordering. Type checkers see the
-same thing through `dataclass_transform` (PEP 681), which is only imported while type
-checking. A class may still write its own `__init__`, or narrow what equality compares by
-overriding `_fields`.
+"""Base of the plain value classes (configs, plans, kernel observations): what `@dataclass`
+gives, without importing `dataclasses` (which imports `inspect`, `re` and more, on every
+container start). A class that only declares its fields (`index: int`, `up: bool = True`)
+gets `__slots__`, an `__init__` taking them in that order (`field(default_factory=list)`
+for a fresh list per instance), equality, hashing, a repr and `replace`; `OrderedValue`
+adds ordering. Type checkers see the same through `dataclass_transform` (PEP 681). A
+class may still write its own `__init__`, or narrow what equality compares (`_fields`).
 """
 
 from __future__ import annotations
 
 TYPE_CHECKING = False  # `typing` is costly to import (docs/performance.md)
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
     from typing import Any, ClassVar, Self, TypeVar, dataclass_transform
 
     T = TypeVar("T")
@@ -34,7 +25,7 @@ _MISSING = object()
 
 
 class _Factory:
-    """The default of a `field`: called for each instance that is not given the field."""
+    """A `field`'s default_factory."""
 
     __slots__ = ("make",)
 
@@ -52,12 +43,11 @@ class _ValueMeta(type):
     def __new__(mcs, name: str, bases: tuple[type, ...], ns: dict[str, Any]) -> _ValueMeta:
         annotations = ns.get("__annotations__", {})
         own = [f for f, kind in annotations.items() if not str(kind).startswith("ClassVar")]
-        inherited: tuple[str, ...] = next(
-            (b.__dict__["_field_names"] for b in bases if "_field_names" in b.__dict__), ()
+        base: Mapping[str, Any] = next(
+            (b.__dict__ for b in bases if "_field_names" in b.__dict__), {}
         )
-        defaults = dict(
-            next((b.__dict__["_defaults"] for b in bases if "_defaults" in b.__dict__), {})
-        )
+        inherited: tuple[str, ...] = base.get("_field_names", ())
+        defaults = dict(base.get("_defaults", {}))
         for attr in own:
             value = ns.pop(attr, _MISSING)
             if value is not _MISSING:
@@ -118,8 +108,8 @@ class Value(metaclass=_ValueMeta):
 
 
 class OrderedValue(Value):
-    """A value that sorts by its fields, in the order they are declared (`<`, which is
-    what sorting uses; `>` is its reflection)."""
+    """A value that sorts by its fields in the order they are declared (`<`: what sorting
+    uses; `>` is its reflection)."""
 
     __slots__ = ()
 

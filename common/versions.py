@@ -14,12 +14,9 @@ DEFAULT_VERSION = "0.1.0"
 VERB_MINIMUM = {"CHECK": "0.4.0", "GC": "1.1.0", "STATUS": "1.1.0"}
 
 
-def parse(version: str) -> tuple[int, int, int]:
-    """'1.0.0' -> (1, 0, 0); raises ValueError on anything else."""
-    parts = version.split(".")
-    if len(parts) != 3 or not all(p.isdigit() and p.isascii() for p in parts):
-        raise ValueError(f"not a semantic version: {version!r}")
-    return int(parts[0]), int(parts[1]), int(parts[2])
+def parse(version: str) -> tuple[int, ...]:
+    """One of SUPPORTED_VERSIONS as numbers to compare: '1.0.0' -> (1, 0, 0)."""
+    return tuple(map(int, version.split(".")))
 
 
 def at_least(version: str, minimum: str) -> bool:

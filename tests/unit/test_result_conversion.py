@@ -180,6 +180,19 @@ def test_an_interface_index_that_points_at_no_interface_is_error_7(index: int) -
     assert "(the result has none)" in e.value.msg
 
 
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("address", "10.0.0.2\u0000/24"), ("address", "\udc80/24"), ("gateway", "10.0.0.1\u0000")],
+)
+def test_an_address_with_a_nul_or_a_lone_surrogate_is_error_7(key: str, value: str) -> None:
+    """JSON can carry both; the address parser raised ValueError on them (error 999)."""
+    ip = {"address": "10.0.0.2/24", key: value}
+    with pytest.raises(CniError) as e:
+        Result.from_json({"cniVersion": "1.0.0", "ips": [ip]}, "1.0.0")
+    assert e.value.code == 7, e.value
+    assert e.value.msg.startswith(f"prevResult.ips[0].{key} ")
+
+
 def test_an_interface_index_of_minus_one_reads_as_none() -> None:
     """Some 0.3.0-era plugins wrote -1 for "no interface"; the spec's upgrade notes ask
     consumers to handle it gracefully: such an address is tied to no interface."""
