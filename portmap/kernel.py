@@ -214,10 +214,9 @@ _IFNAMSIZ = 16  # an nft ifname key: the name, NUL-padded to this
 
 def guard_nft_text(interfaces: list[str], replace: bool = True) -> str:
     """The guard's table, made anew (or removed, for no interfaces) in one transaction:
-    `add` before `delete` makes the delete succeed whether the table is there or not.
-    Without `replace` (the table is not there) it is only made: a transaction that deletes
-    makes the kernel's next close of an nfnetlink socket (the process's exit) wait for an
-    RCU grace period. A packet without conntrack (untracked, invalid) matches neither
+    `add` before `delete` makes the delete succeed whether the table is there or not;
+    without `replace` (no table there) nothing is deleted, which costs a grace period
+    (see guard_nft). A packet without conntrack (untracked, invalid) matches neither
     `return` and drops."""
     t = GUARD_TABLE
     lines = [f"add table {t}", f"delete table {t}"] if replace else []
@@ -308,19 +307,13 @@ class Route(Value):
 
 def guard_nft(nft: NftKernel, interfaces: list[str]) -> None:
     """The localhost guard on exactly `interfaces` (none: no guard table), in one
-    transaction; OSError when nft refuses. A table that is not there is only made. The
-    removal asks nothing first: closing an nfnetlink socket after a transaction that
-    deleted (a DEL's own) waits for the grace period the process's exit waits for anyway."""
+    transaction; OSError when nft refuses. After a transaction that deletes, the next
+    close of an nfnetlink socket (a look's, the exit's) waits for an RCU grace period:
+    a table not there is only made, and a removal (a DEL's) asks nothing first."""
     replace = not interfaces or nft.has(4, GUARD_NAME)
     code, _, err = nft.context().run(guard_nft_text(interfaces, replace=replace))
     if code != 0:
         raise OSError(f"nft refused the localhost guard: {err.strip()}")
-
-
-def guard_nft_holds(ifname: str) -> bool:
-    """Whether the guard's set holds `ifname`: one nfnetlink look (False when not sure)."""
-    key = ifname.encode().ljust(_IFNAMSIZ, b"\0")
-    return element_errno(_NFPROTO_IPV4, GUARD_NAME, GUARD_SET, key) == 0
 
 
 def _guard_iptables(xtables: XtablesKernel) -> tuple[str, str | None, list[str]]:
@@ -447,10 +440,10 @@ class Kernel:
             guard_xtables(self.xtables, names)
 
     def localnet_guarded(self, ifname: str) -> bool:
-        """Whether the localhost guard holds `ifname` (False also when that cannot be
-        told): a look, no write, with the mechanism guard_localnet writes with."""
-        if self.nft.usable():
-            return guard_nft_holds(ifname)
+        """Whether guard_localnet's mechanism holds `ifname` (False when not sure)."""
+        if self.nft.usable():  # one nfnetlink look at the set's element
+            key = ifname.encode().ljust(_IFNAMSIZ, b"\0")
+            return element_errno(_NFPROTO_IPV4, GUARD_NAME, GUARD_SET, key) == 0
         return guard_xtables_holds(self.xtables, ifname)
 
     def flush_udp_conntrack(self, family: int, targets: Iterable[tuple[str | None, int]]) -> int:
