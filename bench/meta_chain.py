@@ -12,8 +12,12 @@ Only the six meta-plugin processes are timed, each exec'd by bench/spawn.c from 
 implementation's own throwaway host netns (setns; no `ip netns exec`). The chain figure
 is the median over rounds of the per-round sum of the six calls.
 
-  python bench/meta_chain.py [--rounds N] [--quick]
+  python bench/meta_chain.py [--rounds N] [--quick] [--also NAME=DIR ...]
       -> bench/results/meta_chain.md, meta_chain.png (every sample: results/raw/)
+
+--also times another build's plugins (DIR: its executables, e.g. what an older commit's
+deploy/install.sh --bin-dir made) in the same rounds, as a column of its own: two commits
+compared across separate runs also compare two machines' moods.
 """
 
 from __future__ import annotations
@@ -227,11 +231,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--quick", action="store_true", help="3 rounds: a smoke test")
+    ap.add_argument("--also", action="append", default=[], metavar="NAME=DIR",
+                    help="another build's plugin executables, timed beside ours")  # fmt: skip
     add_launcher_args(ap)
     args = ap.parse_args()
     quick_mode(args.quick)
     rounds = 3 if args.quick else args.rounds
-    names = ["Go", "ours"]
+    others = dict(spec.split("=", 1) for spec in args.also)
+    names = ["Go", "ours", *others]
     with tempfile.TemporaryDirectory(prefix="cmpb-") as tmp, ExitStack() as stack:
         workdir = Path(tmp)
         spawn = Spawner(build_spawner(workdir))
@@ -247,7 +254,8 @@ def main() -> None:
                 "CNI_META_STATE_ROOT": str(data / "state"),
                 "CNI_META_LOCK_TIMEOUT": "30",
             }
-            cni_path = str(GO_BIN) if name == "Go" else f"{our_bin}:{GO_BIN}"
+            plugins = others.get(name, our_bin)
+            cni_path = str(GO_BIN) if name == "Go" else f"{plugins}:{GO_BIN}"
             impls.append(Impl(name, cni_path, host, data, env))
         for impl in impls:  # warm the page cache and the Go plugins' chains
             impl.round(spawn, 0, record=False)

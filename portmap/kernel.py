@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 TOOL_DIRS = ("/usr/sbin", "/sbin", "/usr/bin", "/bin", "/usr/local/sbin", "/usr/local/bin")
 _NFT_SUBSYS = 10 << 8
 _MSG_GETTABLE, _MSG_GETCHAIN, _MSG_GETSET, _MSG_GETSETELEM = 1, 4, 10, 13
-_NFPROTO_INET = 1
+_NFPROTO_INET, _NFPROTO_IPV4 = 1, 2
 _ENOENT = 2
 _LEGACY_NAMES = {4: "/proc/net/ip_tables_names", 6: "/proc/net/ip6_tables_names"}
 # the variant the iptables backend is forced to (portmap.xtables.VARIANT_ENV, which
@@ -66,24 +66,31 @@ class NftKernel:
         return _nft_get(msg_type, nfgenmsg(family) + attrs) == 0
 
     def may_have_element(self, table: str, set_name: str, key: bytes | None = None) -> bool:
-        """One nfnetlink request, answered with the element or with an error, whatever
-        else the set holds (libnftables' `get element` reads every set's elements first);
-        True also when the kernel cannot say."""
-        from common.rtnl import NLA_F_NESTED, nla, nla_string
+        """Whether the inet table's set may hold the element with this key (None: whether
+        the set is there): one nfnetlink request, answered with the element or with an
+        error, whatever else the set holds (libnftables' `get element` reads every set's
+        elements first). False for sure; True also when the kernel cannot say."""
+        return element_errno(_NFPROTO_INET, table, set_name, key) != _ENOENT
 
-        # NFTA_SET_ELEM_LIST_TABLE and _SET (NFTA_SET_TABLE and _NAME: the same numbers)
-        attrs = nla_string(1, table) + nla_string(2, set_name)
-        msg_type = _MSG_GETSET
-        if key is not None:
-            msg_type = _MSG_GETSETELEM
-            # NFTA_SET_ELEM_LIST_ELEMENTS > NFTA_LIST_ELEM > NFTA_SET_ELEM_KEY > NFTA_DATA_VALUE
-            element = nla(1 | NLA_F_NESTED, nla(1 | NLA_F_NESTED, nla(1, key)))
-            attrs += nla(3 | NLA_F_NESTED, element)
-        return _nft_get(msg_type, struct.pack("=BBH", _NFPROTO_INET, 0, 0) + attrs) != _ENOENT
+
+def element_errno(nfproto: int, table: str, set_name: str, key: bytes | None) -> int:
+    """The errno of a look at the set (or at its element `key`): 0 when it is there."""
+    from common.rtnl import NLA_F_NESTED, nla, nla_string
+
+    # NFTA_SET_ELEM_LIST_TABLE and _SET (NFTA_SET_TABLE and _NAME: the same numbers)
+    attrs = nla_string(1, table) + nla_string(2, set_name)
+    msg_type = _MSG_GETSET
+    if key is not None:
+        msg_type = _MSG_GETSETELEM
+        # NFTA_SET_ELEM_LIST_ELEMENTS > NFTA_LIST_ELEM > NFTA_SET_ELEM_KEY > NFTA_DATA_VALUE
+        element = nla(1 | NLA_F_NESTED, nla(1 | NLA_F_NESTED, nla(1, key)))
+        attrs += nla(3 | NLA_F_NESTED, element)
+    return _nft_get(msg_type, struct.pack("=BBH", nfproto, 0, 0) + attrs)
 
 
 def _nft_get(msg_type: int, body: bytes) -> int:
-    """The errno of one nf_tables GET request (0: the kernel answered with the object)."""
+    """The errno of one nf_tables GET request (0: the kernel answered with the object;
+    -1: it cannot be asked)."""
     from common.rtnl import NETLINK_NETFILTER, NetlinkSocket
 
     try:
@@ -183,27 +190,33 @@ class XtablesKernel:
 # interfaces portmap switched: new connections that are not DNAT'd. What
 # 127.0.0.1:hostPort needs passes: its packets are DNAT'd on output, the container's
 # replies are ESTABLISHED. 127.0.0.0/8 is IPv4 only (IPv6's ::1 off `lo` is always martian).
-GUARD_TABLE = "ip cni_meta_localnet"
+GUARD_NAME = "cni_meta_localnet"
+GUARD_TABLE = f"ip {GUARD_NAME}"
+GUARD_SET = "interfaces"
 GUARD_CHAIN = "CNI-META-LOCALNET"  # iptables: in the filter table, jumped to from INPUT
 GUARD_COMMENT = "cni-meta-plugins portmap: containers do not reach the node localhost"
 LOCALHOST_NET = "127.0.0.0/8"
 GUARD_JUMP = ["-d", LOCALHOST_NET, "-m", "comment", "--comment", GUARD_COMMENT, "-j", GUARD_CHAIN]
+GUARD_DROP = ["-m", "conntrack", "!", "--ctstate", "RELATED,ESTABLISHED,DNAT", "-j", "DROP"]
+_IFNAMSIZ = 16  # an nft ifname key: the name, NUL-padded to this
 
 
-def guard_nft_text(interfaces: list[str]) -> str:
+def guard_nft_text(interfaces: list[str], replace: bool = True) -> str:
     """The guard's table, made anew (or removed, for no interfaces) in one transaction:
-    `add` before `delete` makes the delete succeed whether the table is there or not.
-    A packet without conntrack (untracked, invalid) matches neither `return` and drops."""
+    `add` before `delete` makes the delete succeed whether the table is there or not;
+    without `replace` (no table there) nothing is deleted, which costs a grace period
+    (see guard_nft). A packet without conntrack (untracked, invalid) matches neither
+    `return` and drops."""
     t = GUARD_TABLE
-    lines = [f"add table {t}", f"delete table {t}"]
+    lines = [f"add table {t}", f"delete table {t}"] if replace else []
     if interfaces:
         names = ", ".join(f'"{name}"' for name in interfaces)
         lines += [
             f'add table {t} {{ comment "{GUARD_COMMENT}; managed, do not edit"; }}',
-            f"add set {t} interfaces {{ type ifname; elements = {{ {names} }}; }}",
+            f"add set {t} {GUARD_SET} {{ type ifname; elements = {{ {names} }}; }}",
             f"add chain {t} input {{ type filter hook input priority filter; policy accept; }}",
             f"add chain {t} guard",
-            f"add rule {t} input ip daddr {LOCALHOST_NET} iifname @interfaces jump guard",
+            f"add rule {t} input ip daddr {LOCALHOST_NET} iifname @{GUARD_SET} jump guard",
             f"add rule {t} guard ct state established,related return",
             f"add rule {t} guard ct status dnat return",
             f"add rule {t} guard drop",
@@ -217,9 +230,8 @@ def guard_iptables_lines(interfaces: list[str], jump: bool, chain: bool) -> list
     that exists flushes it: its rules are always written whole. The jump goes first in
     INPUT: an ACCEPT before it would end the table's walk for the packet."""
     if interfaces:
-        match = ["-m", "conntrack", "!", "--ctstate", "RELATED,ESTABLISHED,DNAT", "-j", "DROP"]
         lines = [f":{GUARD_CHAIN} - [0:0]"]
-        lines += [" ".join(["-A", GUARD_CHAIN, "-i", name, *match]) for name in interfaces]
+        lines += [" ".join(["-A", GUARD_CHAIN, "-i", name, *GUARD_DROP]) for name in interfaces]
         if not jump:
             lines.append(" ".join(["-I", "INPUT", "1", *map(_restore_word, GUARD_JUMP)]))
         return lines
@@ -286,10 +298,23 @@ class Route(Value):
 
 def guard_nft(nft: NftKernel, interfaces: list[str]) -> None:
     """The localhost guard on exactly `interfaces` (none: no guard table), in one
-    transaction; OSError when nft refuses."""
-    code, _, err = nft.context().run(guard_nft_text(interfaces))
+    transaction; OSError when nft refuses. After a transaction that deletes, the next
+    close of an nfnetlink socket (a look's, the exit's) waits for an RCU grace period:
+    a table not there is only made, and a removal (a DEL's) asks nothing first."""
+    replace = not interfaces or nft.has(4, GUARD_NAME)
+    code, _, err = nft.context().run(guard_nft_text(interfaces, replace=replace))
     if code != 0:
         raise OSError(f"nft refused the localhost guard: {err.strip()}")
+
+
+def _guard_iptables(xtables: XtablesKernel) -> tuple[str, str | None, list[str]]:
+    """The guard's iptables: (variant, its restore tool or None, the lock wait option)."""
+    from common.lock import lock_timeout
+
+    forced = os.environ.get(IPTABLES_VARIANT_ENV, "")
+    variant = forced if forced in ("nft", "legacy") else xtables.host_variant()
+    restore = xtables.tool(variant, 4, "restore")
+    return variant, restore, ["-w", str(max(1, int(lock_timeout())))]
 
 
 def guard_xtables(xtables: XtablesKernel, interfaces: list[str]) -> None:
@@ -297,11 +322,7 @@ def guard_xtables(xtables: XtablesKernel, interfaces: list[str]) -> None:
     filter table of the host's `iptables` variant (the iptables backend's choice
     when it is forced); one iptables-restore after two looks at what is there.
     OSError when a tool is missing or refuses."""
-    from common.lock import lock_timeout
-
-    forced = os.environ.get(IPTABLES_VARIANT_ENV, "")
-    variant = forced if forced in ("nft", "legacy") else xtables.host_variant()
-    restore = xtables.tool(variant, 4, "restore")
+    variant, restore, wait = _guard_iptables(xtables)
     if restore is None:
         if not interfaces:
             return  # no tool, nothing of ours made with it
@@ -313,7 +334,6 @@ def guard_xtables(xtables: XtablesKernel, interfaces: list[str]) -> None:
                     return
         except OSError:
             return
-    wait = ["-w", str(max(1, int(lock_timeout())))]
     base = [restore.removesuffix("-restore"), *wait, "-t", "filter"]
     jump = xtables.run([*base, "-C", "INPUT", *GUARD_JUMP])[0] == 0
     chain = xtables.run([*base, "-S", GUARD_CHAIN])[0] == 0
@@ -324,6 +344,16 @@ def guard_xtables(xtables: XtablesKernel, interfaces: list[str]) -> None:
     code, out = xtables.run([restore, "--noflush", *wait], text.encode())
     if code != 0:
         raise OSError(f"iptables-{variant}-restore refused the localhost guard: {out.strip()}")
+
+
+def guard_xtables_holds(xtables: XtablesKernel, ifname: str) -> bool:
+    """Whether the INPUT jump and `ifname`'s rule of the guard are there: two looks."""
+    _, restore, wait = _guard_iptables(xtables)
+    if restore is None:
+        return False
+    base = [restore.removesuffix("-restore"), *wait, "-t", "filter", "-C"]
+    looks = (["INPUT", *GUARD_JUMP], [GUARD_CHAIN, "-i", ifname, *GUARD_DROP])
+    return all(xtables.run([*base, *look])[0] == 0 for look in looks)
 
 
 class Kernel:
@@ -384,6 +414,13 @@ class Kernel:
             guard_nft(self.nft, names)
         else:
             guard_xtables(self.xtables, names)
+
+    def localnet_guarded(self, ifname: str) -> bool:
+        """Whether guard_localnet's mechanism holds `ifname` (False when not sure)."""
+        if self.nft.usable():  # one nfnetlink look at the set's element
+            key = ifname.encode().ljust(_IFNAMSIZ, b"\0")
+            return element_errno(_NFPROTO_IPV4, GUARD_NAME, GUARD_SET, key) == 0
+        return guard_xtables_holds(self.xtables, ifname)
 
     def flush_udp_conntrack(self, family: int, targets: Iterable[tuple[str | None, int]]) -> int:
         """Entries whose original destination port is a target's (and, when the target has

@@ -27,11 +27,14 @@ The guard: while an interface is in the directory, whatever is on its link (a co
 with CAP_NET_RAW, which runtimes grant by default) could send to 127.0.0.1 and reach
 the node's services bound to localhost. So every interface in the directory is also in
 the localhost guard (Kernel.guard_localnet: new, non-DNAT packets to 127.0.0.0/8 that
-arrive on it are dropped; 127.0.0.1:hostPort's own packets are DNAT'd or replies). Each
-change writes the guard whole from the directory's interfaces: it goes on before the
-switch, and an interface leaves it only after the switch is back, just before its last
-file goes, so a call killed in between leaves the file for the retried DEL or GC, and a
-guard lost to a firewall reload comes back with the next ADD.
+arrive on it are dropped; 127.0.0.1:hostPort's own packets are DNAT'd or replies). A
+change of the directory's interfaces writes the guard whole from them: an interface goes
+in before the switch, and leaves only after the switch is back, just before its last
+file goes, so a call killed in between leaves the file for the retried DEL or GC. An
+ADD on an interface the guard already holds (the kernel's answer to one look, not the
+directory's word) writes nothing; one the guard lacks (a new interface, a call killed
+before its write, a firewall reload that flushed it) writes it whole again, and GC does
+so for every interface in the directory.
 """
 
 from __future__ import annotations
@@ -170,7 +173,8 @@ class Registry:
                 if other != ifname and tag in tags:
                     self._drop(other, tag)  # routed elsewhere since its last ADD
             self.dir.write_json(f"{ifname}@{tag}", {"network": network})
-            self.kernel.guard_localnet(self.users())  # before the switch, and anew each time
+            if not self.kernel.localnet_guarded(ifname):  # before the switch
+                self.kernel.guard_localnet(self.users())
             path = sysctl_path(ifname)
             was = self.kernel.read_sysctl(path).strip()
             if was != "1":
@@ -195,9 +199,11 @@ class Registry:
         """GC of `network`: forget its users (tag starting with `prefix`, the network's
         hash, and the entry naming `network` itself) whose record is no longer in
         `store`: a DEL that was killed before it got here. The records are listed under
-        the lock: an ADD writes its record before it claims."""
+        the lock: an ADD writes its record before it claims. Then the guard is made
+        whole again where it lacks an interface of the directory (a firewall reload)."""
         users = self.users().values()
-        if not any(r.startswith(prefix) for rs in users for r in rs) and not self.dir.leftovers():
+        ours = any(r.startswith(prefix) for rs in users for r in rs)
+        if not ours and not self.dir.leftovers() and self._guarded():
             return
         with self.dir.lock(LOCK):
             self.dir.drop_leftovers()
@@ -207,6 +213,15 @@ class Registry:
                     stale = record.startswith(prefix) and record not in alive
                     if stale and self._network_of(f"{ifname}@{record}") == network:
                         self._drop(ifname, record)
+            if not self._guarded():
+                try:
+                    self.kernel.guard_localnet(self.users())
+                except OSError as e:  # the next ADD on such an interface fails on it
+                    self.log.warning(f"localhost guard not restored: {e}")
+
+    def _guarded(self) -> bool:
+        """Whether the guard holds every interface of the directory (one look each)."""
+        return all(self.kernel.localnet_guarded(ifname) for ifname in self.users())
 
     def _network_of(self, entry: str) -> str | None:
         from common.jsontext import loads

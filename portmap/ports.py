@@ -99,6 +99,10 @@ class Kernel(Protocol):
         (none: no guard); OSError when it cannot be made so."""
         ...
 
+    def localnet_guarded(self, ifname: str) -> bool:
+        """Whether the localhost guard holds `ifname` (False when not sure): no write."""
+        ...
+
     def flush_udp_conntrack(self, family: int, targets: Iterable[tuple[str | None, int]]) -> int:
         """Delete the UDP conntrack entries to these (host address or any, port) targets;
         how many were deleted."""

@@ -266,6 +266,12 @@ def check(request: Request) -> None:
                 f"route_localnet is off on {ifname}, the interface toward {needed(plan)}",
                 f"{sysctl_path(ifname)} is not 1: 127.0.0.1:hostPort cannot reach the container",
             )
+        if not kernel.localnet_guarded(ifname):
+            raise CniError(
+                CHECK_FAILED,
+                f"the localhost guard lacks {ifname}",
+                "route_localnet is on there: its link can reach the node's 127.0.0.1",
+            )
 
 
 def gc(request: Request) -> None:

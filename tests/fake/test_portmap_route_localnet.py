@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from common.errors import CHECK_FAILED
 from portmap.kernel import Route
 from tests.harness.fake_kernel import FakeKernel
 from tests.harness.fake_portmap import GUARD, FakeNetfilter
@@ -196,7 +197,7 @@ def test_the_guard_goes_on_before_the_switch_and_off_after_it_is_back(host: Host
     assert host.run("ADD", "c1", "10.88.0.5/16")[0] == 0
     assert host.changes() == [f"{GUARD}cni0", f"sysctl {path('cni0')} = 1"]
     assert host.run("ADD", "c2", "10.88.0.6/16")[0] == 0
-    assert host.changes() == [f"{GUARD}cni0"]  # written whole again, switch on already
+    assert host.changes() == []  # the guard holds cni0 already, the switch is on
     assert host.run("DEL", "c1", "10.88.0.5/16") == (0, None)
     assert (host.changes(), host.fake.guarded) == ([], ["cni0"])  # c2 still needs both
     assert host.run("DEL", "c2", "10.88.0.6/16") == (0, None)
@@ -295,3 +296,39 @@ def test_a_guard_lost_to_a_firewall_reload_comes_back_with_the_next_add(host: Ho
     host.fake.guarded = []  # `nft flush ruleset`
     assert host.run("ADD", "c2", "10.88.0.6/16")[0] == 0
     assert host.fake.guarded == ["cni0"]
+
+
+def test_the_guard_is_written_only_when_its_interfaces_change(host: Host) -> None:
+    """Each write of the guard replaces a table, and a transaction that deletes makes the
+    process wait for an RCU grace period at exit: ADDs behind an interface the guard
+    already holds write nothing; a new interface, or the last attachment's DEL, writes."""
+    host.fake.routes = {"10.77.0.0/16": Route(1, "br77", "", "bridge")}
+    assert host.run("ADD", "c1", "10.88.0.5/16")[0] == 0
+    assert [c for c in host.changes() if c.startswith(GUARD)] == [f"{GUARD}cni0"]
+    for cid, ip in (("c2", "10.88.0.6/16"), ("c3", "10.88.0.7/16"), ("c1", "10.88.0.5/16")):
+        assert host.run("ADD", cid, ip)[0] == 0  # c1's: a repeated ADD
+        assert host.changes() == []
+    assert host.run("ADD", "c4", "10.77.0.4/16")[0] == 0
+    assert host.changes() == [f"{GUARD}br77 cni0", f"sysctl {path('br77')} = 1"]
+    for cid, ip in (("c2", "10.88.0.6/16"), ("c3", "10.88.0.7/16")):
+        assert host.run("DEL", cid, ip) == (0, None)
+        assert host.changes() == []  # c1 still needs cni0
+    assert host.run("DEL", "c1", "10.88.0.5/16") == (0, None)
+    assert host.changes() == [f"sysctl {path('cni0')} = 0", f"{GUARD}br77"]
+    assert host.fake.guarded == ["br77"]
+
+
+def test_gc_and_check_see_a_guard_lost_to_a_firewall_reload(host: Host) -> None:
+    assert host.run("ADD", "c1", "10.88.0.5/16")[0] == 0
+    assert host.run("CHECK", "c1", "10.88.0.5/16") == (0, None)
+    host.fake.guarded = []  # `nft flush ruleset`
+    code, error = host.run("CHECK", "c1", "10.88.0.5/16")
+    assert (code, error["code"]) == (1, CHECK_FAILED)
+    assert error["msg"] == "the localhost guard lacks cni0"
+    host.fake.sent()
+    assert host.gc("c1") == (0, None)
+    assert host.changes() == [f"{GUARD}cni0"]
+    assert host.fake.guarded == ["cni0"]
+    assert host.gc("c1") == (0, None)  # held: nothing written
+    assert host.changes() == []
+    assert host.run("CHECK", "c1", "10.88.0.5/16") == (0, None)

@@ -22,7 +22,6 @@ from tests.harness.fake_portmap_world import (
     BACKENDS,
     ENOENT,
     FLUSH,
-    GUARDED,
     IPT_SHARED,
     LOCALNET_OFF,
     LOCALNET_ON,
@@ -84,15 +83,15 @@ def test_second_add_replaces_the_mappings_in_one_transaction(world: World) -> No
                    f"delete element {T} masq4 {{ 10.88.0.5 }}",
                    f"delete element {T} owners {{ {owner('ctr1')} }}"]  # fmt: skip
         # no read at all: the state file said what is ours; route_localnet is on already
-        # (the guard is written anew all the same: a firewall reload may have taken it)
+        # and the guard holds its interface (the kernel's answer): neither is written
         replace = [*deletes, *nft_elements("ctr1", "10.88.0.5")]
-        assert world.fake.sent(reads=True) == sent("nft", replace) + GUARDED + FLUSH
+        assert world.fake.sent(reads=True) == sent("nft", replace) + FLUSH
     else:
         redo = [line.replace("-A CNI-HOSTPORT-DNAT", "-D CNI-HOSTPORT-DNAT")
                 for line in ipt_jumps("ctr1")]  # fmt: skip
         redo += [f"-F {chain('ctr1')}", *ipt_chain_rules("ctr1", "10.88.0.5")]
         redo += ipt_jumps("ctr1", saved=False)
-        assert world.fake.sent() == sent("nft ipv4", redo) + GUARDED + FLUSH
+        assert world.fake.sent() == sent("nft ipv4", redo) + FLUSH
 
 
 def test_the_record_is_an_intent_while_the_kernel_changes_and_committed_after(
@@ -183,9 +182,9 @@ def test_an_add_beside_another_attachment_sends_its_elements_only(world: World) 
     world.run("ADD")
     world.fake.sent()
     assert world.run("ADD", cid="ctr2", ip="10.88.0.6", mappings=SECOND)[0] == 0
-    # route_localnet is on already (the first one's); the guard written anew
+    # route_localnet is on already (the first one's), and the guard holds cni0
     elements = second_elements("ctr2", "10.88.0.6")
-    assert world.fake.sent(reads=True) == sent("nft", elements) + GUARDED
+    assert world.fake.sent(reads=True) == sent("nft", elements)
 
 
 def test_an_add_whose_masq_chain_is_missing_fails_fast_then_writes_it(world: World) -> None:
@@ -200,7 +199,7 @@ def test_an_add_whose_masq_chain_is_missing_fails_fast_then_writes_it(world: Wor
     attempt = second_elements("ctr2", "10.88.0.6")
     assert world.fake.sent() == (
         sent("nft", attempt) + f"nft: -> {ENOENT} (add element {T} masq4)\n"
-        + sent("nft", [*NFT_MASQ_CHAIN, *attempt]) + GUARDED
+        + sent("nft", [*NFT_MASQ_CHAIN, *attempt])
     )  # fmt: skip
     assert world.fake.nft.table is not None
     assert world.fake.nft.table["chains"]["masq4-p16"] == [

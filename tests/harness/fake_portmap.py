@@ -482,6 +482,9 @@ class FakeNetfilter:
         self.requests.append(line)
         self.guarded = names
 
+    def localnet_guarded(self, ifname: str) -> bool:
+        return ifname in self.guarded
+
     def flush_udp_conntrack(self, family: int, targets: Iterable[tuple[str | None, int]]) -> int:
         ports = ", ".join(f"{ip or '*'}:{port}" for ip, port in targets)
         self.requests.append(f"conntrack: flush IPv{family} UDP to {ports}")

@@ -72,6 +72,38 @@ def test_a_container_on_the_bridge_does_not_reach_the_nodes_localhost(
     assert "cni_meta_localnet" not in nft_tables(lab)
 
 
+def guard_handle(lab: Lab) -> str:
+    """The guard table's handle: a table made anew gets another one."""
+    return lab.host.run("nft", "-a", "list", "table", *GUARD_TABLE).splitlines()[0]
+
+
+def test_pods_behind_a_guarded_bridge_leave_the_guard_as_it_is(lab: Lab) -> None:
+    """The guard is written when its interfaces change, not on every ADD (a replacing
+    transaction costs an RCU grace period); it holds for every pod all the same."""
+    w = make_world(lab, backend="nftables")
+    first, second = lab.ctr, lab.new_netns("second")
+    w.attach(first, "8080:80/tcp")
+    made = guard_handle(lab)
+    kernel = Kernel()
+    with lab.host.entered():
+        assert kernel.localnet_guarded(BRIDGE) and not kernel.localnet_guarded("cmpother0")
+    w.attach(second, "8081:80/tcp")
+    assert guard_handle(lab) == made
+    assert not container_reaches_localhost(lab, w, first)
+    assert not container_reaches_localhost(lab, w, second)
+    w.detach(first)
+    assert guard_handle(lab) == made  # the second one still needs it
+    assert not container_reaches_localhost(lab, w, second)
+    with echo_server(second, 80, "tcp", "pod"):
+        assert reaches(lab.host, "127.0.0.1", 8081) == b"pod:ping"
+    lab.host.run("nft", "delete", "table", *GUARD_TABLE)  # a firewall reload
+    with lab.host.entered():
+        assert not kernel.localnet_guarded(BRIDGE)
+    w.detach(second)
+    assert localnet(lab) == "0"
+    assert "cni_meta_localnet" not in nft_tables(lab)
+
+
 def test_on_an_iptables_only_host_the_guard_is_a_filter_chain(
     lab: Lab, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -88,6 +120,8 @@ def test_on_an_iptables_only_host_the_guard_is_a_filter_chain(
         kernel.guard_localnet([BRIDGE])
     saved = lab.host.run("iptables-save", "-t", "filter")
     assert f"-A {GUARD_CHAIN} -i {BRIDGE} -m conntrack" in saved
+    with lab.host.entered():
+        assert kernel.localnet_guarded(BRIDGE) and not kernel.localnet_guarded("cmpother0")
     assert "cni_meta_localnet" not in nft_tables(lab)
     assert not container_reaches_localhost(lab, w, lab.ctr)
     assert forwarding_works(lab, lab.ctr)
@@ -97,6 +131,7 @@ def test_on_an_iptables_only_host_the_guard_is_a_filter_chain(
 
     with lab.host.entered():
         kernel.guard_localnet([])
+        assert not kernel.localnet_guarded(BRIDGE)
     assert GUARD_CHAIN not in lab.host.run("iptables-save", "-t", "filter")
     assert container_reaches_localhost(lab, w, lab.ctr)
     w.detach(lab.ctr)

@@ -57,6 +57,12 @@ def test_the_nft_guard_is_one_table_made_anew_with_the_interfaces_in_a_set() -> 
     ]
     # none: the table goes, whether it was there or not
     assert guard_nft_text([]) == f"add table {t}\ndelete table {t}\n"
+    # a table that is not there is only made: nothing deleted
+    assert guard_nft_text(["cni0"], replace=False).splitlines()[0] == (
+        f'add table {t} {{ comment "cni-meta-plugins portmap: containers do not reach the node '
+        'localhost; managed, do not edit"; }'
+    )
+    assert "delete" not in guard_nft_text(["cni0"], replace=False)
 
 
 JUMP = ('-d 127.0.0.0/8 -m comment --comment "cni-meta-plugins portmap: containers do not '
