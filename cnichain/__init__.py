@@ -12,9 +12,11 @@ from cnichain.api import (
     ChainError,
     ConfList,
     Network,
+    PluginCall,
     PluginError,
     default_plugin_path,
     load_conflist,
+    plugin_call,
 )
 from cnichain.lab import ChainLab
 
@@ -24,7 +26,9 @@ __all__ = [
     "ChainLab",
     "ConfList",
     "Network",
+    "PluginCall",
     "PluginError",
     "default_plugin_path",
     "load_conflist",
+    "plugin_call",
 ]

@@ -58,9 +58,11 @@ __all__ = [
     "ChainError",
     "ConfList",
     "Network",
+    "PluginCall",
     "PluginError",
     "default_plugin_path",
     "load_conflist",
+    "plugin_call",
 ]
 
 
@@ -252,26 +254,90 @@ def plugin_config(
     return conf
 
 
+@dataclasses.dataclass(frozen=True)
+class PluginCall:
+    """One plugin exec as a runtime makes it, not yet run: `argv` (through `ip netns exec`
+    when a host namespace is named), the whole environment `env` and the bytes of `stdin`.
+
+    `run()` execs it and hands back what the plugin did, unjudged; the fields are there
+    for what a plugin's own tests do beyond that (start it with Popen and signal it, edit
+    a variable the way a buggy runtime would)."""
+
+    argv: list[str]
+    env: dict[str, str]
+    stdin: bytes
+
+    def run(self, timeout: float | None = None) -> subprocess.CompletedProcess[bytes]:
+        """Exec the plugin and wait: its exit status, stdout and stderr as they are (a
+        failing plugin raises nothing here; `TimeoutExpired` after `timeout` seconds)."""
+        return subprocess.run(
+            self.argv,
+            input=self.stdin,
+            env=self.env,
+            capture_output=True,
+            check=False,
+            timeout=timeout,
+        )
+
+
+def plugin_call(
+    plugin: str | os.PathLike[str],
+    command: str,
+    stdin: Mapping[str, Any] | bytes,
+    *,
+    container_id: str = "",
+    netns: str = "",
+    ifname: str = "eth0",
+    cni_args: str = "",
+    cni_path: str | None = None,
+    host: str = "",
+    env: Mapping[str, str] | None = None,
+) -> PluginCall:
+    """One call of one plugin, exactly as the chain's verbs make each of theirs.
+
+    `plugin` is an executable's path, or a plugin type looked up in `cni_path` (a
+    ':'-separated list of dirs, passed on as CNI_PATH; default `default_plugin_path()`).
+    `stdin` is the config (a mapping, sent as JSON) or the bytes to send as they are.
+    The environment is the caller's plus `env`, then CNI_COMMAND, CNI_CONTAINERID,
+    CNI_NETNS, CNI_IFNAME, CNI_ARGS and CNI_PATH from the arguments. `host` names a
+    namespace under /run/netns the plugin runs in, empty for the caller's own.
+    """
+    path = cni_path if cni_path is not None else os.pathsep.join(default_plugin_path())
+    exe = os.fspath(plugin)
+    if "/" not in exe:
+        exe = find_plugin(exe, path)
+    full = {**os.environ, **(env or {})}
+    full.update(
+        CNI_COMMAND=command,
+        CNI_CONTAINERID=container_id,
+        CNI_NETNS=netns,
+        CNI_IFNAME=ifname,
+        CNI_ARGS=cni_args,
+        CNI_PATH=path,
+    )
+    data = stdin if isinstance(stdin, bytes) else json.dumps(stdin).encode()
+    # `ip netns exec` execs the plugin in place, in the host namespace (and with /sys of
+    # that namespace mounted, which plugins reading /sys/class/net rely on).
+    argv = ["ip", "netns", "exec", host, exe] if host else [exe]
+    return PluginCall(argv, full, data)
+
+
 def exec_plugin(
     command: str, conf: dict[str, Any], rt: Runtime, index: int
 ) -> dict[str, Any] | None:
     """Exec one plugin as libcni does; its parsed stdout, or PluginError."""
-    path = find_plugin(str(conf["type"]), rt.cni_path)
-    env = {**os.environ, **rt.env}
-    env.update(
-        CNI_COMMAND=command,
-        CNI_CONTAINERID=rt.container_id,
-        CNI_NETNS=rt.netns,
-        CNI_IFNAME=rt.ifname,
-        CNI_ARGS=rt.cni_args,
-        CNI_PATH=rt.cni_path,
-    )
-    # `ip netns exec` execs the plugin in place, in the host namespace (and with /sys of
-    # that namespace mounted, which plugins reading /sys/class/net rely on).
-    argv = ["ip", "netns", "exec", rt.host, path] if rt.host else [path]
-    proc = subprocess.run(
-        argv, input=json.dumps(conf).encode(), env=env, capture_output=True, check=False
-    )
+    proc = plugin_call(
+        find_plugin(str(conf["type"]), rt.cni_path),
+        command,
+        conf,
+        container_id=rt.container_id,
+        netns=rt.netns,
+        ifname=rt.ifname,
+        cni_args=rt.cni_args,
+        cni_path=rt.cni_path,
+        host=rt.host,
+        env=rt.env,
+    ).run()
     plugin = str(conf["type"])
     stderr = proc.stderr.decode(errors="replace").strip()
     if proc.returncode != 0:

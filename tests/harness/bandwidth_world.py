@@ -1,5 +1,5 @@
 """bandwidth's world on a real kernel: an attachment made by the Go bridge + host-local
-and our bandwidth through cni-chain (conflists/bandwidth.conflist), and the kernel read
+and our bandwidth through cnichain's API (conflists/bandwidth.conflist), and the kernel read
 back with `tc -j` / `ip -j`, never from the plugin's own report."""
 
 from __future__ import annotations
@@ -101,8 +101,9 @@ class Attachment:
 def attach(lab: Lab, spec: str, ctr: Netns | None = None, cid: str = "ctr1") -> Attachment:
     ctr = ctr or lab.ctr
     conflist = load_conflist("bandwidth.conflist", lab.workdir)
-    result = lab.chain.add(conflist, ctr, "--container-id", cid, "--bandwidth", spec)
-    return Attachment(lab, ctr, cid, parse_bandwidth(spec), result, conflist)
+    rates = parse_bandwidth(spec)  # cni-chain's --bandwidth
+    result = lab.network(conflist).add(cid, ctr.path, capability_args={"bandwidth": rates})
+    return Attachment(lab, ctr, cid, rates, result, conflist)
 
 
 def rate_spec(bits: int) -> str:

@@ -13,10 +13,10 @@ from typing import Any
 
 from tests.harness.fleet import Member
 from tests.harness.netns import Netns
-from tests.harness.plugins import Invocation as Invocation  # the tests' name for it
-from tests.harness.plugins import PluginRun, our
+from tests.harness.plugins import Invocation as Invocation  # the tests' names for them
 from tests.harness.plugins import invocation as plugin_invocation
-from tests.harness.plugins import run as run_invocation
+from tests.harness.plugins import our
+from tests.harness.plugins import run as run
 
 NETWORK = "cmp-rel"
 PLUGINS = ("portmap", "bandwidth", "tuning")
@@ -99,7 +99,3 @@ def invocation(
         container_id=m.container_id, netns="" if gc else m.ctr.path, env=env,
         drop=("CNI_CONTAINERID", "CNI_IFNAME", "CNI_NETNS") if gc else (),
     )  # fmt: skip
-
-
-def run(inv: Invocation, timeout: float = 120) -> PluginRun:
-    return run_invocation(inv, timeout)

@@ -5,9 +5,9 @@
 runs PLUGIN's executable code (its __main__.main, in this process) after wrapping the
 function MODULE:ATTR (e.g. `common.libnftables:Context.run`,
 `common.statedir:StateDir.write_json`) so that its N-th call kills the process with SIGKILL
-right before it runs, or right after it returned with a trailing `+`. Random kills
-(tests/harness/crash.py) rarely land in the short windows between two kernel changes;
-these land exactly there, at every step.
+right before it runs, or right after it returned with a trailing `+`. Kills at random
+moments rarely land in the short windows between two kernel changes; these land exactly
+there, at every step (tests/harness/crash.py runs them).
 
 Without a crash point, or with CRASHPOINT_COUNT=path in the environment, nothing is
 killed and the number of calls of every watched function is written to that file as

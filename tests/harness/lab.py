@@ -11,10 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cnichain import Network
 from tests.harness import netns as nslib
 from tests.harness import snapshot as snap
 from tests.harness.netns import Netns
-from tests.harness.plugins import Chain
+from tests.harness.plugins import GO_BIN, OUR_BIN, Chain
 
 # The machine's own state dirs: the plugins' defaults (/run/cni/meta-plugins,
 # /run/cni/tuning) and the runtimes' (/var/lib/cni: host-local leases, libcni and
@@ -48,7 +49,14 @@ class Lab:
 
     @property
     def chain(self) -> Chain:
+        """The `cni-chain` command line in this lab (for tests of the command line)."""
         return Chain(self.host, self.workdir, env=self.env)
+
+    def network(self, conflist: Path) -> Network:
+        """`conflist` run through the API users call (cnichain.Network) in this lab: the
+        plugins in `host` (ours, then Go's), the results cached where `chain` keeps them."""
+        return Network(conflist, [OUR_BIN, GO_BIN], cache_dir=self.workdir / "cache",
+                       host=self.host.name, env=self.env)  # fmt: skip
 
     @property
     def state_root(self) -> Path:

@@ -6,16 +6,19 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec
 
+from cnichain.api import PluginCall, plugin_call
 from tests.harness.netns import Netns
 
 REPO = Path(__file__).resolve().parents[2]
 CONFLISTS = REPO / "conflists"
 OUR_BIN = Path(sys.executable).parent  # the venv's bin: portmap, bandwidth, tuning, cni-chain
 GO_BIN = Path("/usr/lib/cni")
+P = ParamSpec("P")
 
 
 def our(plugin: str) -> str:
@@ -41,15 +44,8 @@ class PluginRun:
         return self
 
 
-@dataclass(frozen=True)
-class Invocation:
-    """Everything to exec one plugin call as a runtime does: argv (inside a host netns
-    through `ip netns exec`, which execs the plugin in place: the pid is the plugin's),
-    the environment and stdin."""
-
-    argv: list[str]
-    env: dict[str, str]
-    stdin: bytes
+# One plugin call as a runtime makes it, not yet run: cnichain's, the API users call.
+Invocation = PluginCall
 
 
 def invocation(
@@ -65,55 +61,49 @@ def invocation(
     env: dict[str, str] | None = None,
     drop: tuple[str, ...] = (),
 ) -> Invocation:
-    """One plugin call (inside `host` when given), not yet run."""
-    full = dict(os.environ)
-    full.update(
-        CNI_COMMAND=command,
-        CNI_CONTAINERID=container_id,
-        CNI_IFNAME=ifname,
-        CNI_NETNS=netns,
-        CNI_PATH=f"{OUR_BIN}:{GO_BIN}",
-        CNI_ARGS=cni_args,
+    """One plugin call (inside `host` when given), not yet run: cnichain.api.plugin_call's,
+    with our plugins then the Go ones on CNI_PATH.
+
+    The tests' one escape hatch from what a runtime would do: `env` wins over the CNI_*
+    variables too (a test hands a plugin a broken one) and `drop` leaves variables out
+    (a runtime that forgot one); `conf` may be any bytes. Killing a call, or stopping it
+    at a crash point, starts the returned Invocation's argv itself (tests/harness/crash.py).
+    """
+    data = b"" if conf is None else conf.encode() if isinstance(conf, str) else conf
+    call = plugin_call(
+        exe,
+        command,
+        data,
+        host=host.name if host else "",
+        container_id=container_id,
+        ifname=ifname,
+        netns=netns,
+        cni_args=cni_args,
+        cni_path=f"{OUR_BIN}:{GO_BIN}",
+        env=env,
     )
-    full.update(env or {})
+    call.env.update(env or {})
     for var in drop:
-        full.pop(var, None)
-    if conf is None:
-        data = b""
-    elif isinstance(conf, bytes):
-        data = conf
-    elif isinstance(conf, str):
-        data = conf.encode()
-    else:
-        data = json.dumps(conf).encode()
-    argv = ["ip", "netns", "exec", host.name, exe] if host else [exe]
-    return Invocation(argv, full, data)
+        call.env.pop(var, None)
+    return call
 
 
-def run(inv: Invocation, timeout: float | None = None) -> PluginRun:
-    proc = subprocess.run(
-        inv.argv, input=inv.stdin, env=inv.env, capture_output=True, check=False, timeout=timeout
-    )
+def run(inv: Invocation, timeout: float = 120) -> PluginRun:
+    """Exec the call and wait (a plugin still running after `timeout` seconds hangs:
+    TimeoutExpired)."""
+    proc = inv.run(timeout)
     return PluginRun(proc.returncode, proc.stdout.decode(), proc.stderr.decode())
 
 
-def run_plugin(
-    exe: str,
-    command: str,
-    conf: dict[str, Any] | str | bytes | None,
-    *,
-    host: Netns | None = None,
-    container_id: str = "ctr1",
-    ifname: str = "eth0",
-    netns: str = "",
-    cni_args: str = "",
-    env: dict[str, str] | None = None,
-    drop: tuple[str, ...] = (),
-) -> PluginRun:
-    """Exec one plugin as a runtime does (inside `host` when given)."""
-    call = invocation(exe, command, conf, host=host, container_id=container_id, ifname=ifname,
-                      netns=netns, cni_args=cni_args, env=env, drop=drop)  # fmt: skip
-    return run(call)
+def _and_run(build: Callable[P, Invocation]) -> Callable[P, PluginRun]:
+    def run_it(*args: P.args, **kwargs: P.kwargs) -> PluginRun:
+        return run(build(*args, **kwargs))
+
+    run_it.__doc__ = "Exec one plugin as a runtime does: `invocation`'s arguments, then `run`."
+    return run_it
+
+
+run_plugin = _and_run(invocation)
 
 
 def load_conflist(name: str, workdir: Path, **overrides: Any) -> Path:

@@ -13,9 +13,10 @@ import struct
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
+from contextlib import contextmanager
+from dataclasses import dataclass
 
+from cnichain.netns import tcp_echo_server, udp_echo_server
 from tests.harness.netns import Netns
 
 
@@ -23,77 +24,13 @@ def _family(addr: str) -> socket.AddressFamily:
     return socket.AF_INET6 if ":" in addr else socket.AF_INET
 
 
-@dataclass
-class EchoServer:
-    """Answers every TCP connection / UDP datagram with `tag + b":" + payload`."""
-
-    sock: socket.socket
-    tag: bytes
-    proto: str
-    threads: list[threading.Thread] = field(default_factory=list)
-    stopped: bool = False
-    peers: list[str] = field(default_factory=list)  # source addresses seen
-
-    def _serve_tcp(self) -> None:
-        while not self.stopped:
-            try:
-                conn, peer = self.sock.accept()
-            except OSError:
-                return
-            self.peers.append(peer[0])
-            with conn:
-                conn.settimeout(3)
-                try:
-                    data = conn.recv(65536)
-                    conn.sendall(self.tag + b":" + data)
-                except OSError:
-                    pass
-
-    def _serve_udp(self) -> None:
-        while not self.stopped:
-            try:
-                data, peer = self.sock.recvfrom(65536)
-            except OSError:
-                return
-            if peer is None:  # shutdown() wakes recvfrom with no datagram
-                return
-            self.peers.append(peer[0])
-            with suppress(OSError):
-                self.sock.sendto(self.tag + b":" + data, peer)
-
-    def start(self) -> EchoServer:
-        target = self._serve_tcp if self.proto == "tcp" else self._serve_udp
-        t = threading.Thread(target=target, daemon=True)
-        t.start()
-        self.threads.append(t)
-        return self
-
-    def close(self) -> None:
-        self.stopped = True
-        with suppress(OSError):
-            self.sock.shutdown(socket.SHUT_RDWR)
-        self.sock.close()
-
-
 @contextmanager
-def echo_server(
-    ns: Netns, port: int, proto: str = "tcp", tag: str = "ctr", addr: str = "::"
-) -> Iterator[EchoServer]:
-    """An echo server in `ns` on [::]:port (IPv4 too, through v4-mapped addresses)."""
-    kind = socket.SOCK_STREAM if proto == "tcp" else socket.SOCK_DGRAM
-    with ns.entered():
-        sock = socket.socket(_family(addr), kind)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    if _family(addr) == socket.AF_INET6:
-        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-    sock.bind((addr, port))
-    if proto == "tcp":
-        sock.listen(64)
-    server = EchoServer(sock, tag.encode(), proto).start()
-    try:
-        yield server
-    finally:
-        server.close()
+def echo_server(ns: Netns, port: int, proto: str = "tcp", tag: str = "ctr") -> Iterator[list[str]]:
+    """cnichain's echo server (TCP or UDP) in `ns` on every address, port `port`: it answers
+    with `tag:payload` and yields the peers' addresses as they come."""
+    serve = tcp_echo_server if proto == "tcp" else udp_echo_server
+    with serve(ns, port, tag.encode() + b":") as peers:
+        yield peers
 
 
 def request(

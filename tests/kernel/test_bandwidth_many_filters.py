@@ -14,26 +14,22 @@ bandwidth's own objects, keeping the container's filters and the qdisc they hang
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from typing import Any
 
 import pytest
 
 from bandwidth.plan import ifb_name
+from tests.harness.crash import Call, calls
 from tests.harness.lab import Lab
 from tests.harness.netns import Netns
-from tests.harness.plugins import GO_BIN, OUR_BIN, REPO, PluginRun, our, run_plugin
+from tests.harness.plugins import PluginRun, invocation, our, run_plugin
+from tests.harness.waiting import proc_state
 
 pytestmark = pytest.mark.root
 
 BANDWIDTH = our("bandwidth")
 NETWORK = "mvnet"
 FILTERS = 3000  # the container's own: far more than a call reads
-HANG_GUARD = 60.0  # seconds; only guards against a hang
 
 
 def macvlan(lab: Lab, ns: Netns, address: str) -> None:
@@ -61,14 +57,6 @@ def call(lab: Lab, command: str, ns: Netns, cid: str, address: str) -> PluginRun
                       netns=ns.path, env=lab.env)  # fmt: skip
 
 
-def proc_state(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rpartition(")")[2].split()[0]
-    except FileNotFoundError:
-        return "gone"
-
-
 def filters(ns: Netns) -> list[dict[str, Any]]:
     out = ns.run("tc", "-j", "filter", "show", "dev", "eth0", "ingress")
     return json.loads(out) if out.strip() else []
@@ -92,37 +80,20 @@ def test_a_del_stopped_amid_a_containers_filters_holds_up_no_other_add(lab: Lab)
     a.run("tc", "-batch", str(batch))
 
     # A's DEL, stopped where it reads the device's filters, holding its locks
-    env = {**os.environ, **lab.env, "CNI_COMMAND": "DEL", "CNI_CONTAINERID": "ctr-a",
-           "CNI_IFNAME": "eth0", "CNI_NETNS": a.path, "CNI_PATH": f"{OUR_BIN}:{GO_BIN}",
-           "CNI_ARGS": "", "CRASHPOINT_ACTION": "stop", "PYTHONPATH": str(REPO)}  # fmt: skip
-    stop_at = "bandwidth.tc:Rtnl.device_state@1"
-    argv = ["ip", "netns", "exec", lab.host.name, sys.executable, "-m",
-            "tests.harness.crashpoint", "bandwidth", stop_at]  # fmt: skip
-    stopped = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE)  # fmt: skip
-    try:
-        assert stopped.stdin is not None
-        stopped.stdin.write(json.dumps(conf(a, "10.66.0.2/24")).encode())
-        stopped.stdin.close()
-        stopped.stdin = None
-        deadline = time.monotonic() + HANG_GUARD
-        while proc_state(stopped.pid) not in ("T", "Z", "gone"):
-            assert time.monotonic() < deadline, "A's DEL never reached its stop"
-            time.sleep(0.005)
-        assert proc_state(stopped.pid) == "T", stopped.communicate()
+    a_del = invocation(BANDWIDTH, "DEL", conf(a, "10.66.0.2/24"), host=lab.host,
+                       container_id="ctr-a", netns=a.path, env=lab.env)  # fmt: skip
+    with calls() as started:
+        stopped = Call(a_del, "bandwidth", "bandwidth.tc:Rtnl.device_state@1")
+        started.append(stopped)
+        stopped.stopped()
 
         # B's ADD, another tenant's, completes while A's DEL holds its locks
         result = call(lab, "ADD", b, "ctr-b", "10.66.0.3/24").ok().json
         assert result["interfaces"][-1]["name"] == ifb_name(NETWORK, "ctr-b")
-        assert proc_state(stopped.pid) == "T", "A's DEL was not held throughout"
+        assert proc_state(stopped.proc.pid) == "T", "A's DEL was not held throughout"
 
-        os.kill(stopped.pid, signal.SIGCONT)
-        out, err = stopped.communicate(timeout=HANG_GUARD)
-    finally:
-        if stopped.poll() is None:
-            stopped.kill()
-            stopped.wait()
-    assert stopped.returncode == 0, (out, err)
+        done = stopped.resume().result()
+    assert done.returncode == 0, (done.stdout, done.stderr)
     # bandwidth's own objects went; the container's filters and their qdisc stay
     links = json.loads(a.ip("-j", "link", "show", "type", "ifb"))
     assert links == [], links

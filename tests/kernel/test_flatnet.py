@@ -5,10 +5,8 @@ The Go bridge (/usr/lib/cni/bridge) is the reference where behaviour must match.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -16,9 +14,10 @@ from typing import Any
 
 import pytest
 
+from tests.harness.crash import at_crash_point, crash_points
 from tests.harness.lab import Lab
 from tests.harness.netns import Netns
-from tests.harness.plugins import REPO, PluginRun, go, our, run_plugin
+from tests.harness.plugins import Invocation, PluginRun, go, invocation, our, run_plugin
 from tests.harness.traffic import echo_server, reaches, request
 
 pytestmark = pytest.mark.root
@@ -82,10 +81,6 @@ def address(result: dict[str, Any], family: int = 4) -> str:
     raise AssertionError(f"no IPv{family} address in {result}")
 
 
-def peers(server: Any) -> list[str]:
-    return [p.removeprefix("::ffff:") for p in server.peers]
-
-
 def host_links(lab: Lab) -> list[str]:
     return sorted(ln.split()[0].split("@")[0] for ln in lab.host.ip("-br", "link").splitlines())
 
@@ -146,9 +141,9 @@ def test_two_containers_on_one_bridge_talk(lab: Lab) -> None:
     body = conf(lab)
     other = lab.new_netns("ctr2")
     first, second = add(lab, body), add(lab, body, other)
-    with echo_server(other, 7001) as server:
+    with echo_server(other, 7001) as peers:
         assert reaches(lab.ctr, address(second), 7001)
-        assert peers(server) == [address(first)]
+        assert peers == [address(first)]
     # the bridge's MAC stays as set while ports come and go (no drift to a port's MAC)
     mac = lab.host.ip("-br", "link", "show", "flatnet0").split()[2]
     run(lab, "DEL", body, other).ok()
@@ -361,9 +356,9 @@ def test_nft_masquerade_outside_sees_the_host_address(lab: Lab, kind: str) -> No
     other = lab.new_netns("ctr2")
     add(lab, body)
     add(lab, body, other)
-    with echo_server(out, 7010) as server:
+    with echo_server(out, 7010) as peers:
         assert request(lab.ctr, peer, 7010) == b"ctr:ping"
-        assert peers(server) == ["192.0.2.1"]
+        assert peers == ["192.0.2.1"]
     ruleset = nft(lab)
     assert ruleset.count("masquerade") == 2  # per network (one rule per family), not per container
     assert "10.42.0.0/16" in ruleset
@@ -377,9 +372,9 @@ def test_iptables_masquerade_is_the_go_bridges(lab: Lab) -> None:
     out, peer = outside(lab)
     body = conf(lab, isDefaultGateway=True, ipMasq=True, ipMasqBackend="iptables")
     add(lab, body)
-    with echo_server(out, 7011) as server:
+    with echo_server(out, 7011) as peers:
         assert request(lab.ctr, peer, 7011) == b"ctr:ping"
-        assert peers(server) == ["192.0.2.1"]
+        assert peers == ["192.0.2.1"]
     ours = lab.host.run("iptables-save", "-t", "nat")
     run(lab, "DEL", body).ok()
     assert "CNI-" not in lab.host.run("iptables-save", "-t", "nat")
@@ -476,24 +471,16 @@ def test_a_hundred_parallel_adds(lab: Lab, kind: str) -> None:
 # ---------------------------------------------------------------------------- SIGKILL
 
 
+def _add(lab: Lab, body: dict[str, Any], ctr: Netns) -> Invocation:
+    env = {**lab.env, "CNI_PATH": f"{Path(FLATNET).parent}:/usr/lib/cni"}
+    return invocation(FLATNET, "ADD", body, host=lab.host, container_id="k1", netns=ctr.path,
+                      env=env)  # fmt: skip
+
+
 def _crash_points(lab: Lab, body: dict[str, Any], ctr: Netns) -> list[str]:
-    count = lab.workdir / "count.json"
-    killed = _at(lab, body, ctr, "", {"CRASHPOINT_COUNT": str(count)})
-    assert killed.returncode == 0, killed.stdout
+    points = crash_points(_add(lab, body, ctr), "flatnet", lab.workdir / "count.json")
     run(lab, "DEL", body, ctr).ok()
-    counts = json.loads(count.read_text())
-    return [f"{t}@{n}{w}" for t, c in counts.items() for n in range(1, c + 1) for w in ("", "+")]
-
-
-def _at(lab: Lab, body: dict[str, Any], ctr: Netns, spec: str, env: dict[str, str]) -> PluginRun:
-    full = {**os.environ, **lab.env, **env, "PYTHONPATH": str(REPO), "CNI_COMMAND": "ADD",
-            "CNI_CONTAINERID": "k1", "CNI_IFNAME": "eth0", "CNI_NETNS": ctr.path,
-            "CNI_PATH": f"{Path(FLATNET).parent}:/usr/lib/cni"}  # fmt: skip
-    argv = ["ip", "netns", "exec", lab.host.name, sys.executable, "-m",
-            "tests.harness.crashpoint", "flatnet", spec]  # fmt: skip
-    proc = subprocess.run(argv, input=json.dumps(body).encode(), env=full, capture_output=True,
-                          check=False, cwd=REPO)  # fmt: skip
-    return PluginRun(proc.returncode, proc.stdout.decode(), proc.stderr.decode())
+    return points
 
 
 @pytest.mark.slow
@@ -507,7 +494,7 @@ def test_sigkill_at_every_step_of_add_then_del_or_gc_leaves_nothing(
     points = _crash_points(lab, body, ctr)
     assert len(points) >= 20
     for point in points:
-        killed = _at(lab, body, ctr, point, {})
+        killed = at_crash_point(_add(lab, body, ctr), "flatnet", point)
         if then == "DEL":
             run(lab, "DEL", body, ctr, cid="k1").ok()
         else:

@@ -13,15 +13,16 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 from typing import Any
 
 import pytest
 
+from tests.harness.crash import Call, calls
+from tests.harness.crash import at_crash_point as harness_at_crash_point
+from tests.harness.crash import crash_points as crash_points_of
 from tests.harness.lab import Lab
-from tests.harness.plugins import REPO, PluginRun, go, our, run_plugin
-from tests.harness.waiting import HANG_GUARD, blocked_on_flock, proc_state, wait_until
+from tests.harness.plugins import Invocation, PluginRun, go, invocation, our, run_plugin
+from tests.harness.waiting import HANG_GUARD
 
 pytestmark = pytest.mark.root
 
@@ -53,6 +54,14 @@ class Store:
             ifname=ifname, netns=self.lab.ctr.path if command != "GC" else "",
             env=self.lab.env, cni_args=cni_args,
         )  # fmt: skip
+
+    def invocation(self, command: str, cid: str = "", env: dict[str, str] | None = None,
+                   **top: Any) -> Invocation:  # fmt: skip
+        """Our call, not yet run: started in the background, or at a crash point."""
+        netns = self.lab.ctr.path if command != "GC" else ""
+        full = {**self.lab.env, "CNI_PATH": "/nonexistent", **(env or {})}
+        return invocation(OURS, command, self.conf(**top), host=self.lab.host, container_id=cid,
+                          netns=netns, env=full)  # fmt: skip
 
     def ok(self, command: str, cid: str = "", **kw: Any) -> PluginRun:
         run = self.call(command, cid, **kw)
@@ -204,27 +213,15 @@ def test_result_routes_and_dns(lab: Lab) -> None:
 def test_100_parallel_adds_get_100_distinct_addresses_and_100_dels_free_them(
     store: Store,
 ) -> None:
-    def spawn(command: str, cid: str) -> subprocess.Popen[bytes]:
-        env = {**os.environ, **store.lab.env, "CNI_COMMAND": command, "CNI_CONTAINERID": cid,
-               "CNI_IFNAME": "eth0", "CNI_NETNS": store.lab.ctr.path, "CNI_PATH": "/nonexistent",
-               "CNI_META_LOCK_TIMEOUT": "120"}  # fmt: skip
-        proc = subprocess.Popen(
-            ["ip", "netns", "exec", store.lab.host.name, OURS],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-        )  # fmt: skip
-        assert proc.stdin is not None
-        proc.stdin.write(json.dumps(store.conf()).encode())
-        proc.stdin.close()
-        return proc
+    def spawn(command: str, cid: str) -> Call:
+        return Call(store.invocation(command, cid, {"CNI_META_LOCK_TIMEOUT": "120"}))
 
-    def finish(procs: list[subprocess.Popen[bytes]]) -> list[Any]:
+    def finish(started: list[Call]) -> list[Any]:
         out = []
-        for proc in procs:
-            assert proc.stdout is not None and proc.stderr is not None
-            stdout = proc.stdout.read()
-            proc.wait(timeout=300)
-            assert proc.returncode == 0, stdout + proc.stderr.read()
-            out.append(json.loads(stdout) if stdout.strip() else None)
+        for call in started:
+            run = call.result(timeout=300)
+            assert run.returncode == 0, run.stdout + run.stderr
+            out.append(run.json)
         return out
 
     ids = [f"par{i}" for i in range(100)]
@@ -244,24 +241,13 @@ def test_100_parallel_adds_get_100_distinct_addresses_and_100_dels_free_them(
 
 
 def at_crash_point(store: Store, command: str, cid: str, spec: str, env: dict[str, str],
-                   **top: Any) -> subprocess.CompletedProcess[bytes]:  # fmt: skip
-    full = {**os.environ, **store.lab.env, **env, "PYTHONPATH": str(REPO),
-            "CNI_COMMAND": command, "CNI_CONTAINERID": cid, "CNI_IFNAME": "eth0",
-            "CNI_NETNS": store.lab.ctr.path if command != "GC" else "",
-            "CNI_PATH": "/nonexistent"}  # fmt: skip
-    argv = ["ip", "netns", "exec", store.lab.host.name, sys.executable, "-m",
-            "tests.harness.crashpoint", "flatnet_ipam", spec]  # fmt: skip
-    return subprocess.run(argv, input=json.dumps(store.conf(**top)).encode(), env=full,
-                          capture_output=True, check=False)  # fmt: skip
+                   **top: Any) -> PluginRun:  # fmt: skip
+    return harness_at_crash_point(store.invocation(command, cid, **top), "flatnet_ipam", spec, env)
 
 
 def crash_points(store: Store, command: str, cid: str, **top: Any) -> list[str]:
     count_file = store.lab.workdir / "crashpoint-count.json"
-    run = at_crash_point(store, command, cid, "", {"CRASHPOINT_COUNT": str(count_file)}, **top)
-    assert run.returncode == 0, run.stdout + run.stderr
-    counts = json.loads(count_file.read_text())
-    count_file.unlink()
-    points = [f"{t}@{n}{w}" for t, c in counts.items() for n in range(1, c + 1) for w in ("", "+")]
+    points = crash_points_of(store.invocation(command, cid, **top), "flatnet_ipam", count_file)
     assert points, "no crash point was reached"
     return points
 
@@ -328,38 +314,17 @@ def test_gc_frees_every_lease_not_in_the_valid_list_host_locals_too(store: Store
 def test_gc_spares_an_add_in_flight(store: Store) -> None:
     """The ADD stops itself holding the lock, its lease claimed; GC starts (its list made
     before the ADD returned, so without it) and waits for the lock; the ADD goes on."""
-    env = {**os.environ, **store.lab.env, "PYTHONPATH": str(REPO), "CNI_COMMAND": "ADD",
-           "CNI_CONTAINERID": "inflight", "CNI_IFNAME": "eth0", "CNI_NETNS": store.lab.ctr.path,
-           "CNI_PATH": "/nonexistent", "CRASHPOINT_ACTION": "stop"}  # fmt: skip
-    point = "flatnet_ipam.store:LeaseStore.claim@1+"
-    argv = ["ip", "netns", "exec", store.lab.host.name, sys.executable, "-m",
-            "tests.harness.crashpoint", "flatnet_ipam", point]  # fmt: skip
-    adding = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, env=env)  # fmt: skip
-    try:
-        assert adding.stdin is not None
-        adding.stdin.write(json.dumps(store.conf()).encode())
-        adding.stdin.close()
-        wait_until(lambda: proc_state(adding.pid) in ("T", "gone"), "the ADD to stop")
-        assert proc_state(adding.pid) == "T"
-        gc_env = {**os.environ, **store.lab.env, "CNI_COMMAND": "GC", "CNI_PATH": "/nonexistent"}
-        gc = subprocess.Popen(
-            ["ip", "netns", "exec", store.lab.host.name, OURS],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=gc_env,
-        )  # fmt: skip
-        assert gc.stdin is not None
-        none: dict[str, Any] = {VALID: []}
-        gc.stdin.write(json.dumps(store.conf(**none)).encode())
-        gc.stdin.close()
-        wait_until(lambda: blocked_on_flock(gc.pid), "the GC to wait for the lock")
-        os.kill(adding.pid, signal.SIGCONT)
-        assert adding.wait(timeout=HANG_GUARD) == 0
-        assert gc.wait(timeout=HANG_GUARD) == 0
-    finally:
-        for proc in (adding, locals().get("gc")):
-            if proc is not None and proc.poll() is None:
-                proc.kill()
-                proc.wait()
+    none: dict[str, Any] = {VALID: []}
+    with calls() as started:
+        adding = Call(store.invocation("ADD", "inflight"), "flatnet_ipam",
+                      "flatnet_ipam.store:LeaseStore.claim@1+")  # fmt: skip
+        started.append(adding)
+        adding.stopped()
+        gc = Call(store.invocation("GC", **none))
+        started.append(gc)
+        gc.waiting_for_lock()
+        assert adding.resume().result(timeout=HANG_GUARD).returncode == 0
+        assert gc.result(timeout=HANG_GUARD).returncode == 0
     assert store.leases() == {"10.77.0.2": b"inflight\r\neth0"}
     store.ok("CHECK", "inflight")
     store.gc()  # the next GC, whose list would name it if it were alive

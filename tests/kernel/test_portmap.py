@@ -9,7 +9,6 @@ a neighbour on the same bridge, and the container itself (hairpin).
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 from concurrent.futures import ThreadPoolExecutor
@@ -19,7 +18,7 @@ import pytest
 
 from tests.harness.crash import at_crash_point, crash_points
 from tests.harness.lab import Lab
-from tests.harness.plugins import Invocation, our, run_plugin
+from tests.harness.plugins import invocation, our, run_plugin
 from tests.harness.portmap_world import (
     EXT4,
     EXT6,
@@ -71,10 +70,10 @@ def test_every_path_reaches_the_container_ipv4(lab: Lab, backend: str, proto: st
     ctr, sib = lab.ctr, lab.new_netns("sib")
     w.attach(ctr, f"8080:80/{proto}")
     w.attach(sib)
-    with echo_server(ctr, 80, proto, "ctr") as server:
+    with echo_server(ctr, 80, proto, "ctr") as peers:
         # another host: the client's address is preserved (no masquerade needed)
         assert reaches(w.ext, HOST4, 8080, proto) == b"ctr:ping"
-        assert server.peers[-1].endswith(EXT4)
+        assert peers[-1].endswith(EXT4)
         # the host itself, through its own address
         assert reaches(lab.host, HOST4, 8080, proto) == b"ctr:ping"
         # localhost (snat: route_localnet + masquerade)
@@ -94,9 +93,9 @@ def test_every_path_reaches_the_container_ipv6(lab: Lab, backend: str, proto: st
     ctr, sib = lab.ctr, lab.new_netns("sib")
     w.attach(ctr, f"8080:80/{proto}")
     w.attach(sib)
-    with echo_server(ctr, 80, proto, "ctr") as server:
+    with echo_server(ctr, 80, proto, "ctr") as peers:
         assert reaches(w.ext, HOST6, 8080, proto) == b"ctr:ping"
-        assert server.peers[-1] == EXT6
+        assert peers[-1] == EXT6
         assert reaches(w.ext, HOST4, 8080, proto) == b"ctr:ping"  # dual-stack: both
         assert reaches(lab.host, HOST6, 8080, proto) == b"ctr:ping"
         assert reaches(sib, HOST6, 8080, proto) == b"ctr:ping"
@@ -138,9 +137,9 @@ def test_snat_off_keeps_outside_traffic_but_not_hairpin_or_localhost(
 def test_masq_all_masquerades_outside_clients_too(lab: Lab, backend: str) -> None:
     w = make_world(lab, backend=backend, masqAll=True)
     w.attach(lab.ctr, "8080:80/tcp")
-    with echo_server(lab.ctr, 80, "tcp", "ctr") as server:
+    with echo_server(lab.ctr, 80, "tcp", "ctr") as peers:
         assert reaches(w.ext, HOST4, 8080) == b"ctr:ping"
-        assert server.peers[-1].endswith(w.gateway())
+        assert peers[-1].endswith(w.gateway())
 
 
 @pytest.mark.parametrize(
@@ -467,11 +466,8 @@ def test_sigkill_at_every_step_of_add_then_retry_and_clean_del(lab: Lab, backend
     rc = {"portMappings": [{"hostPort": 30000, "containerPort": 30000, "protocol": "udp",
                             "range": 30}]}  # fmt: skip
     conf = _direct_conf(lab, backend, runtimeConfig=rc)
-    env = {**os.environ, **lab.env, "CNI_COMMAND": "ADD", "CNI_CONTAINERID": "killed",
-           "CNI_IFNAME": "eth0", "CNI_NETNS": lab.ctr.path, "CNI_PATH": "/usr/lib/cni"}  # fmt: skip
-    add = Invocation(
-        ["ip", "netns", "exec", lab.host.name, PORTMAP], env, json.dumps(conf).encode()
-    )
+    add = invocation(PORTMAP, "ADD", conf, host=lab.host, container_id="killed",
+                     netns=lab.ctr.path, env={**lab.env, "CNI_PATH": "/usr/lib/cni"})  # fmt: skip
     points = crash_points(add, "portmap", lab.workdir / "crashpoint-count.json")
     _run(lab, "DEL", conf, container_id="killed").ok()  # counting made a clean ADD
     kernel_steps = [p for p in points if p.startswith(("common.libnftables", "portmap.kernel"))]

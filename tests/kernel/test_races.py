@@ -19,84 +19,20 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
-import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
 
 from tests.harness import chained as ch
 from tests.harness import snapshot as snap
+from tests.harness.crash import Call, calls
 from tests.harness.fleet import GATEWAY, Member, fleet
 from tests.harness.lab import Lab
-from tests.harness.plugins import REPO, PluginRun
+from tests.harness.plugins import PluginRun
 from tests.harness.traffic import echo_server, reaches
-from tests.harness.waiting import blocked_on_flock, proc_state, wait_until
 
 pytestmark = pytest.mark.root
-
-
-# ---------------------------------------------------------------------------- stopping a call
-
-
-class Call:
-    """A plugin call running in the background."""
-
-    def __init__(self, inv: ch.Invocation, plugin: str = "", stop_at: str = "") -> None:
-        argv, env = inv.argv, inv.env
-        if stop_at:
-            argv = [*argv[:4], sys.executable, "-m", "tests.harness.crashpoint", plugin, stop_at]
-            env = {**env, "CRASHPOINT_ACTION": "stop", "PYTHONPATH": str(REPO)}
-        self.proc = subprocess.Popen(
-            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
-        )
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(inv.stdin)
-        self.proc.stdin.close()
-        self.proc.stdin = None  # (communicate would flush it)
-        self.stop_at = stop_at
-
-    def stopped(self) -> Call:
-        """Wait until the call stopped itself at its point (it must not end before)."""
-        pid = self.proc.pid
-        wait_until(lambda: proc_state(pid) in ("T", "Z", "gone"), f"a stop at {self.stop_at}")
-        if proc_state(pid) != "T":
-            raise AssertionError(f"ended before reaching {self.stop_at}: {self.result()}")
-        return self
-
-    def waiting_for_lock(self) -> Call:
-        pid = self.proc.pid
-        wait_until(lambda: blocked_on_flock(pid) or self.proc.poll() is not None, "a lock wait")
-        if self.proc.poll() is not None:
-            raise AssertionError(f"did not wait for the lock: {self.result()}")
-        return self
-
-    def resume(self) -> Call:
-        os.kill(self.proc.pid, signal.SIGCONT)
-        return self
-
-    def result(self) -> PluginRun:
-        out, err = self.proc.communicate(timeout=120)
-        return PluginRun(self.proc.returncode, out.decode(), err.decode())
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-
-
-@contextmanager
-def calls() -> Iterator[list[Call]]:
-    """Whatever a failing test leaves running is killed (a stopped call holds its locks)."""
-    started: list[Call] = []
-    try:
-        yield started
-    finally:
-        for c in started:
-            c.kill()
 
 
 def ok(run: PluginRun, what: str) -> PluginRun:

@@ -39,7 +39,7 @@ import pytest
 
 from tests.harness import fuzz
 from tests.harness.lab import Lab
-from tests.harness.plugins import REPO, PluginRun, our, run_plugin
+from tests.harness.plugins import REPO, PluginRun, invocation, our, run_plugin
 from tests.harness.portmap_world import nft_elements
 
 PLUGINS = ("portmap", "bandwidth", "tuning")
@@ -539,24 +539,17 @@ class Measured:
 def measured(attached: Attached, plugin: str, command: str, stdin: bytes) -> Measured:
     """Exec the plugin in the lab host; wall clock and peak RSS from wait4 (the plugin is
     the process `ip netns exec` execs, so its rusage is the plugin's)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CNI_")}
-    env.update(attached.lab.env, **attached.env)
-    env.update(
-        CNI_COMMAND=command,
-        CNI_CONTAINERID="big1",
-        CNI_IFNAME="eth0",
-        CNI_NETNS=attached.lab.ctr.path,
-        CNI_PATH="/usr/lib/cni",
-    )
+    env = {**attached.lab.env, **attached.env, "CNI_PATH": "/usr/lib/cni"}
+    inv = invocation(our(plugin), command, stdin, host=attached.lab.host, container_id="big1",
+                     netns=attached.lab.ctr.path, env=env)  # fmt: skip
     started = time.monotonic()
     proc = subprocess.Popen(
-        [sys.executable, "-IS", "-c", RSS_WRAPPER,
-         "ip", "netns", "exec", attached.lab.host.name, our(plugin)],
+        [sys.executable, "-IS", "-c", RSS_WRAPPER, *inv.argv],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        env=env,
-    )  # fmt: skip
+        env=inv.env,
+    )
     assert proc.stdin is not None and proc.stdout is not None
     out: list[bytes] = []
 
@@ -709,24 +702,12 @@ def test_the_largest_allowed_range_is_served_in_bounded_time_and_memory(
 
 def run_with_umask(attached: Attached, plugin: str, conf: dict[str, Any], root: Path) -> PluginRun:
     """ADD as a runtime with umask 0 would run it: modes must not come from the umask."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CNI_")}
-    env.update(attached.lab.env, **attached.env)
-    env.update(
-        CNI_COMMAND="ADD",
-        CNI_CONTAINERID="modes1",
-        CNI_IFNAME="eth0",
-        CNI_NETNS=attached.lab.ctr.path,
-        CNI_PATH="/usr/lib/cni",
-        CNI_META_STATE_ROOT=str(root),
-        CNI_META_LOG_FILE=str(root.parent / "plugins.log"),
-    )
+    env = {**attached.lab.env, **attached.env, "CNI_PATH": "/usr/lib/cni"}
+    env.update(CNI_META_STATE_ROOT=str(root), CNI_META_LOG_FILE=str(root.parent / "plugins.log"))
+    inv = invocation(our(plugin), "ADD", conf, host=attached.lab.host, container_id="modes1",
+                     netns=attached.lab.ctr.path, env=env)  # fmt: skip
     proc = subprocess.run(
-        ["ip", "netns", "exec", attached.lab.host.name, our(plugin)],
-        input=json.dumps(conf).encode(),
-        env=env,
-        capture_output=True,
-        umask=0,
-        check=False,
+        inv.argv, input=inv.stdin, env=inv.env, capture_output=True, umask=0, check=False
     )
     return PluginRun(proc.returncode, proc.stdout.decode(), proc.stderr.decode())
 

@@ -11,7 +11,15 @@ from typing import Any
 
 import pytest
 
-from cnichain import ChainError, ConfList, Network, PluginError, default_plugin_path, load_conflist
+from cnichain import (
+    ChainError,
+    ConfList,
+    Network,
+    PluginError,
+    default_plugin_path,
+    load_conflist,
+    plugin_call,
+)
 
 # Records each call, answers ADD with a result naming itself, fails when the conf says so.
 PLUGIN = """#!{python}
@@ -157,6 +165,48 @@ def test_missing_plugin_is_a_chain_error(tmp_path: Path) -> None:
     n = Network(two(), [tmp_path], cache_dir=tmp_path / "cache")
     with pytest.raises(ChainError, match="failed to find plugin 'first'"):
         n.add("c1", "/run/netns/x")
+
+
+# Prints what it was given and exits with the status the environment asks for.
+ECHO_PLUGIN = """#!{python}
+import json, os, sys
+data = sys.stdin.buffer.read()
+keys = ("COMMAND", "CONTAINERID", "NETNS", "IFNAME", "ARGS", "PATH")
+env = {{k: os.environ[k] for k in ["CNI_" + k for k in keys] + ["EXTRA"] if k in os.environ}}
+print(json.dumps({{"env": env, "stdin": data.decode("latin-1")}}))
+sys.stderr.write("said on stderr\\n")
+sys.exit(int(os.environ.get("EXIT", "0")))
+"""
+
+
+def test_plugin_call_is_one_call_as_the_chain_makes_it_run_raw(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    exe = tmp_path / "echo"
+    exe.write_text(ECHO_PLUGIN.format(python=sys.executable))
+    exe.chmod(0o755)
+    monkeypatch.setenv("CNI_IFNAME", "from-the-caller")  # the arguments win over these
+    call = plugin_call(
+        "echo", "DEL", b"\xff not json", container_id="c1", netns="/run/netns/x",
+        cni_args="A=1", cni_path=f"/nonexistent:{tmp_path}", env={"EXTRA": "yes", "EXIT": "3"},
+    )  # fmt: skip
+    assert call.argv == [str(exe)]  # no host: the caller's namespace
+    proc = call.run()
+    assert proc.returncode == 3  # a failing plugin raises nothing: its status, as it is
+    assert proc.stderr == b"said on stderr\n"
+    seen = json.loads(proc.stdout)
+    assert seen["stdin"] == "\xff not json"  # bytes are sent as they are
+    assert seen["env"] == {
+        "CNI_COMMAND": "DEL", "CNI_CONTAINERID": "c1", "CNI_NETNS": "/run/netns/x",
+        "CNI_IFNAME": "eth0", "CNI_ARGS": "A=1", "CNI_PATH": f"/nonexistent:{tmp_path}",
+        "EXTRA": "yes",
+    }  # fmt: skip
+    conf = {"cniVersion": "1.0.0", "name": "n", "type": "echo"}
+    hosted = plugin_call(exe, "ADD", conf, host="somehost")
+    assert hosted.argv == ["ip", "netns", "exec", "somehost", str(exe)]
+    assert json.loads(hosted.stdin) == conf
+    with pytest.raises(ChainError, match="failed to find plugin 'echo'"):
+        plugin_call("echo", "ADD", conf, cni_path="/nonexistent")
 
 
 # ---------------------------------------------------------------------------- loading
