@@ -243,7 +243,7 @@ def check(request: Request) -> None:
     planned = _planned(request)
     if planned is None or planned[0].empty:
         return
-    plan, backend, kernel, _ = planned
+    plan, backend, kernel, sd = planned
     problems = backend.check(plan)
     if problems:
         more = f" (+{len(problems) - 10} more)" if len(problems) > 10 else ""
@@ -252,7 +252,7 @@ def check(request: Request) -> None:
             f"port mappings of {plan.attachment} differ from the config",
             "; ".join(problems[:10]) + more,
         )
-    from portmap.localnet import interface_for, needed, sysctl_path
+    from portmap.localnet import Registry, interface_for, needed, sysctl_path, tag_of
 
     ifname = interface_for(plan, request.conf.prev_result, kernel, request.log)
     if ifname is not None:
@@ -266,7 +266,10 @@ def check(request: Request) -> None:
                 f"route_localnet is off on {ifname}, the interface toward {needed(plan)}",
                 f"{sysctl_path(ifname)} is not 1: 127.0.0.1:hostPort cannot reach the container",
             )
-        if not kernel.localnet_guarded(ifname):
+        # the guard is ours to keep only where our claim switched it on (an attachment
+        # Go's portmap made has no claim: its ADD never guarded anything)
+        claims = Registry(kernel, request.log).users().get(ifname, set())
+        if tag_of(sd.file_of(plan.attachment)) in claims and not kernel.localnet_guarded(ifname):
             raise CniError(
                 CHECK_FAILED,
                 f"the localhost guard lacks {ifname}",
