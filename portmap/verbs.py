@@ -1,7 +1,8 @@
 """portmap's verbs: parse -> plan -> apply (through a backend) -> report.
 
 Which backend serves a call is decided here, in one place (the config, the attachment's
-record and the host map to a backend object; nothing else knows their names). The
+record and the host map to a backend object; config.py and state.py only read and write
+the names). The
 host-side extras that do not depend on the backend live here too: route_localnet on the
 interface toward the container (so 127.0.0.1:hostPort can be forwarded) and the UDP
 conntrack flush after ADD and DEL.
