@@ -415,6 +415,11 @@ class Kernel:
         else:
             guard_xtables(self.xtables, names)
 
+    def guard_text(self, interfaces: Iterable[str]) -> str:
+        """guard_localnet's nft text, for a transaction of the caller's ("": the guard is
+        not made with nftables here)."""
+        return guard_nft_text(sorted(set(interfaces))) if self.nft.usable() else ""
+
     def localnet_guarded(self, ifname: str) -> bool:
         """Whether guard_localnet's mechanism holds `ifname` (False when not sure)."""
         if self.nft.usable():  # one nfnetlink look at the set's element

@@ -29,9 +29,10 @@ the node's services bound to localhost. So every interface in the directory is a
 the localhost guard (Kernel.guard_localnet: new, non-DNAT packets to 127.0.0.0/8 that
 arrive on it are dropped; 127.0.0.1:hostPort's own packets are DNAT'd or replies). A
 change of the directory's interfaces writes the guard whole from them: an interface goes
-in before the switch, and leaves only after the switch is back, just before its last
-file goes, so a call killed in between leaves the file for the retried DEL or GC. An
-ADD on an interface the guard already holds (the kernel's answer to one look, not the
+in before the switch, and leaves only after the switch is back (a DEL's change rides in
+the transaction that deletes its mappings), just before its last file goes, so a call
+killed in between leaves the file for the retried DEL or GC.
+An ADD on an interface the guard already holds (the kernel's answer to one look, not the
 directory's word) writes nothing; one the guard lacks (a new interface, a call killed
 before its write, a firewall reload that flushed it) writes it whole again, and GC does
 so for every interface in the directory.
@@ -40,13 +41,16 @@ so for every interface in the directory.
 from __future__ import annotations
 
 import os
-from contextlib import suppress
+from contextlib import contextmanager, suppress
 
 from common.env import plugin_dir
 from common.statedir import TMP_SUFFIX, StateDir
+from common.values import Value
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from common.log import Log
     from common.result import Result
     from portmap.kernel import Route
@@ -141,6 +145,14 @@ def tag_of(record: str) -> str:
     return record.removesuffix(".json")
 
 
+class Rider(Value):
+    """The localhost guard's change as nft text, for a transaction of the caller's
+    (Registry.releasing); `done` once that transaction committed."""
+
+    text: str
+    done: bool = False
+
+
 class Registry:
     """The attachments that need route_localnet, per interface (see the module doc).
     Attachments are named by their record's tag (tag_of)."""
@@ -187,13 +199,21 @@ class Registry:
     def release(self, tag: str) -> None:
         """`tag`'s attachment needs route_localnet nowhere: each interface it was the
         last to need it on gets back what portmap found there."""
+        with self.releasing(tag):
+            pass
+
+    @contextmanager
+    def releasing(self, tag: str) -> Iterator[Rider | None]:
+        """release(tag) around the caller's deletion of the attachment's mappings, under
+        the lock (see _dropping)."""
         if not any(tag in tags for tags in self.users().values()) and not self.dir.leftovers(tag):
-            return  # the usual DEL: no lock
+            yield None  # the usual DEL: no lock
+            return
         with self.dir.lock(LOCK):
             self.dir.drop_leftovers(tag)  # an ADD killed before its entry was whole
-            for ifname, records in self.users().items():
-                if tag in records:
-                    self._drop(ifname, tag)
+            mine = [ifname for ifname, tags in self.users().items() if tag in tags]
+            with self._dropping(tag, mine) as rider:
+                yield rider
 
     def sweep(self, network: str, prefix: str, store: StateDir) -> None:
         """GC of `network`: forget its users (tag starting with `prefix`, the network's
@@ -234,21 +254,39 @@ class Registry:
         return network if isinstance(network, str) else None
 
     def _drop(self, ifname: str, tag: str) -> None:
-        """Forget `tag` on `ifname`; put the switch back when it was the last. Its file
-        goes last: a DEL killed in between finds it again and finishes."""
-        if self.users().get(ifname, set()) - {tag}:
+        with self._dropping(tag, [ifname]):
+            pass
+
+    @contextmanager
+    def _dropping(self, tag: str, ifnames: list[str]) -> Iterator[Rider | None]:
+        """Forget `tag` on `ifnames` around the body (the caller's deletion of its
+        mappings). Where it was the last, the switch goes back first, so that the guard's
+        change can ride in the body's transaction (each nft transaction that deletes
+        makes the process wait for an RCU grace period); else it is written after. Those
+        entries go last: a call killed in between, or a body that raised, leaves them
+        for the retried DEL or GC to finish."""
+        last = []
+        for ifname in ifnames:
+            if self.users().get(ifname, set()) - {tag}:
+                self.dir.remove(f"{ifname}@{tag}")
+                continue  # another attachment still needs it
+            marker = f"{ifname}@{SWITCHED}"
+            raw = self.dir.read_bytes(marker)
+            if raw is not None:  # else it was on before portmap needed it: left on
+                self._put_back(ifname, raw)
+                self.dir.remove(marker)
+            last.append(ifname)
+        rest = [ifname for ifname in self.users() if ifname not in last]
+        text = self.kernel.guard_text(rest) if last else ""
+        rider = Rider(text) if text else None
+        yield rider
+        if last and not (rider and rider.done):
+            try:  # left over, it only drops what it was made to: not worth a failed DEL
+                self.kernel.guard_localnet(rest)
+            except OSError as e:
+                self.log.warning(f"localhost guard of {', '.join(last)} not removed: {e}")
+        for ifname in last:
             self.dir.remove(f"{ifname}@{tag}")
-            return  # another attachment still needs it
-        marker = f"{ifname}@{SWITCHED}"
-        raw = self.dir.read_bytes(marker)
-        if raw is not None:  # else it was on before portmap needed it: left on
-            self._put_back(ifname, raw)
-            self.dir.remove(marker)
-        try:
-            self.kernel.guard_localnet(i for i in self.users() if i != ifname)
-        except OSError as e:  # left over, it only drops what it was made to: not worth a failed DEL
-            self.log.warning(f"localhost guard of {ifname} not removed: {e}")
-        self.dir.remove(f"{ifname}@{tag}")
 
     def _put_back(self, ifname: str, marker: bytes) -> None:
         from common.jsontext import loads

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from common.identity import Attachment
     from common.log import Log
     from common.store import Stamps
+    from portmap.localnet import Rider
     from portmap.ports import NftKernel
     from portmap.state import Store
 
@@ -585,11 +586,11 @@ class NftBackend:
 
     # -- DEL ---------------------------------------------------------------------------
 
-    def delete(self, att: Attachment, plan: Plan | None) -> UdpTargets:
+    def delete(self, att: Attachment, plan: Plan | None, rider: Rider | None = None) -> UdpTargets:
         def teardown(recorded: state.Recorded | None) -> UdpTargets:
             nft = Nft(self.port)
             committed = recorded_elements(recorded) if recorded and recorded.committed else None
-            if committed and self._fast_delete(nft, att, committed):
+            if committed and self._fast_delete(nft, att, committed, rider):
                 return udp_targets(committed)
             mine = self._own_elements(nft, att, recorded, plan)
             self._careful_delete(nft, att, mine)
@@ -599,10 +600,16 @@ class NftBackend:
 
         return self.engine.delete(att, teardown)
 
-    def _fast_delete(self, nft: Nft, att: Attachment, committed: list[Element]) -> bool:
+    def _fast_delete(
+        self, nft: Nft, att: Attachment, committed: list[Element], rider: Rider | None
+    ) -> bool:
         """Delete without reading (whether it did, see _fast_add): the record says exactly
-        what we own, and the transaction fails unless our proof of ownership is there."""
-        return proves_ownership(committed, att) and self._delete_owned(nft, att, committed)[0] == 0
+        what we own, and the transaction fails unless our proof of ownership is there.
+        The localhost guard's change rides in it (Registry.releasing), on this path only:
+        a guard nft refuses must not fail the DEL."""
+        if not proves_ownership(committed, att):
+            return False
+        return self._delete_owned(nft, att, committed, rider)[0] == 0
 
     def _own_elements(
         self, nft: Nft, att: Attachment, recorded: state.Recorded | None, plan: Plan | None
@@ -644,13 +651,18 @@ class NftBackend:
             return True
         return not self.port.may_have_element(table, OWNERS)
 
-    def _delete_owned(self, nft: Nft, att: Attachment, mine: list[Element]) -> tuple[int, str]:
+    def _delete_owned(
+        self, nft: Nft, att: Attachment, mine: list[Element], rider: Rider | None = None
+    ) -> tuple[int, str]:
         # The last attachment leaves the host as it found it, also when it has nothing
         # in the table (an ADD that failed or was killed before its transaction).
         lines = [f"delete table {T}"] if self._last_owner(nft, att) else delete_text(mine)
+        lines += [rider.text] if rider else []
         if not lines:
             return 0, ""
         rc, _, err = nft.run("\n".join(lines))
+        if rider:
+            rider.done = rc == 0
         return rc, err
 
     def _last_owner(self, nft: Nft, att: Attachment) -> bool:

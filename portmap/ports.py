@@ -99,6 +99,11 @@ class Kernel(Protocol):
         (none: no guard); OSError when it cannot be made so."""
         ...
 
+    def guard_text(self, interfaces: Iterable[str]) -> str:
+        """guard_localnet's change as nft text for a transaction of the caller's ("": the
+        guard is not nftables' here)."""
+        ...
+
     def localnet_guarded(self, ifname: str) -> bool:
         """Whether the localhost guard holds `ifname` (False when not sure): no write."""
         ...

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from common.result import Result
     from common.skel import Request
     from common.store import Stamps
+    from portmap.localnet import Rider
     from portmap.plan import Plan, UdpTargets
     from portmap.ports import Kernel
     from portmap.state import Recorded, Store
@@ -38,7 +39,9 @@ if TYPE_CHECKING:
 
         def add(self, plan: Plan) -> None: ...
 
-        def delete(self, att: Attachment, plan: Plan | None) -> UdpTargets: ...
+        def delete(
+            self, att: Attachment, plan: Plan | None, rider: Rider | None = None
+        ) -> UdpTargets: ...
 
         def check(self, plan: Plan) -> list[str]: ...  # what differs from the plan
 
@@ -126,12 +129,6 @@ def claim_localnet(request: Request, plan: Plan, kernel: Kernel, sd: Store) -> N
         raise CniError(
             KERNEL_FAILURE, f"cannot enable route_localnet on {ifname}", str(e)
         ) from None
-
-
-def release_localnet(att: Attachment, request: Request, kernel: Kernel, sd: Store) -> None:
-    from portmap.localnet import Registry, tag_of
-
-    Registry(kernel, request.log).release(tag_of(sd.file_of(att)))
 
 
 def flush_conntrack(targets: UdpTargets, log: Log, kernel: Kernel) -> None:
@@ -230,14 +227,19 @@ def delete(request: Request) -> None:
             plan = make_plan(config, att, prev)
         except CniError as e:
             request.log.warning(f"cannot plan from the DEL config: {e}")
-    flush_conntrack(backend.delete(att, plan), request.log, kernel)
+    from portmap.localnet import Registry, tag_of
+
+    # route_localnet goes back before the mappings go (the pod is going), so that the
+    # guard's change can ride in the backend's transaction (Registry.releasing)
+    with Registry(kernel, request.log).releasing(tag_of(sd.file_of(att))) as rider:
+        targets = backend.delete(att, plan, rider)
+    flush_conntrack(targets, request.log, kernel)
     if recorded is None:  # not made by us: perhaps by the Go portmap (see go_takeover)
         from portmap.go_takeover import release
 
         cidrs = [ip.address for ip in prev.container_ips(att.ifname)] if prev else []
         released = release(att.network, att.container_id, cidrs, sd, request.log, kernel)
         flush_conntrack(released, request.log, kernel)
-    release_localnet(att, request, kernel, sd)
 
 
 def check(request: Request) -> None:

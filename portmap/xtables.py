@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
     from common.identity import Attachment
     from common.store import Stamps
+    from portmap.localnet import Rider
     from portmap.ports import XtablesKernel
     from portmap.state import Store
 
@@ -648,9 +649,10 @@ class XtablesBackend:
             self.tools.commit(variant, family, lines, what)
             done.append(family)
 
-    def delete(self, att: Attachment, plan: Plan | None) -> UdpTargets:
+    def delete(self, att: Attachment, plan: Plan | None, rider: Rider | None = None) -> UdpTargets:
         """The recorded chains. Without a record: the names only this attachment can
-        have (Go's name is go_takeover.release's: a sibling attachment may own it)."""
+        have (Go's name is go_takeover.release's: a sibling attachment may own it). The
+        localhost guard's change is not carried (`rider`): no nft transaction here."""
 
         def teardown(recorded: state.Recorded | None) -> UdpTargets:
             where = self._where(recorded)

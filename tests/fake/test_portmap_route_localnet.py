@@ -16,11 +16,12 @@ from typing import Any
 import pytest
 
 from common.errors import CHECK_FAILED
-from portmap.kernel import Route
+from portmap.kernel import GUARD_TABLE, Route
 from tests.harness.fake_kernel import FakeKernel
 from tests.harness.fake_portmap import GUARD, FakeNetfilter
 
 NET = "lnnet"
+T = "inet cni_meta_portmap"
 
 
 def path(ifname: str) -> str:
@@ -270,25 +271,58 @@ def test_a_call_killed_between_the_switch_and_the_guard_is_finished_by_the_retry
     host: Host, monkeypatch: pytest.MonkeyPatch, retry: str
 ) -> None:
     assert host.run("ADD")[0] == 0
-    real = host.fake.guard_localnet
+    real = host.fake.nft.run
 
-    def killed_when_removing(interfaces: Any) -> None:
-        if not list(interfaces):
+    def killed_when_removing(text: str) -> tuple[int, str, str]:
+        if f"delete table {GUARD_TABLE}" in text:  # the DEL's transaction that carries it
             raise Killed
-        real(interfaces)
+        return real(text)
 
-    monkeypatch.setattr(host.fake, "guard_localnet", killed_when_removing)
+    monkeypatch.setattr(host.fake.nft, "run", killed_when_removing)
     with pytest.raises(Killed):
         host.run("DEL")
     # the switch is back, the guard still on: its entry stays for the retry
     assert (host.on(), host.fake.guarded) == ([], ["cni0"])
     entry, lock = host.entries()  # the attachment's entry (its marker went with the switch)
     assert (entry.startswith("cni0@"), entry != "cni0@switched", lock) == (True, True, "lock")
-    monkeypatch.setattr(host.fake, "guard_localnet", real)
+    monkeypatch.setattr(host.fake.nft, "run", real)
     host.fake.sent()
     assert (host.run("DEL") if retry == "DEL" else host.gc()) == (0, None)
     assert host.changes() == [f"{GUARD}(none)"]  # the switch is not touched again
     assert (host.on(), host.fake.guarded, host.entries()) == ([], [], ["lock"])
+
+
+@pytest.mark.parametrize("others", [(), ("br77",)])
+def test_the_last_del_removes_the_guard_in_the_transaction_that_deletes_the_mappings(
+    host: Host, monkeypatch: pytest.MonkeyPatch, others: tuple[str, ...]
+) -> None:
+    """Each nft transaction that deletes makes the process wait for an RCU grace period
+    (its netlink socket's close, at exit): the last DEL behind an interface sends one,
+    the guard's change (removed, or left on the other interfaces) in it, after the switch
+    is back and while the guard still holds the interface."""
+    host.fake.routes = {"10.77.0.0/16": Route(1, "br77", "", "bridge")}
+    if others:
+        assert host.run("ADD", "c2", "10.77.0.5/16")[0] == 0
+    assert host.run("ADD", "c1", "10.88.0.5/16")[0] == 0
+    host.fake.sent()
+    real, writes = host.fake.nft.run, []
+
+    def run(text: str) -> tuple[int, str, str]:
+        if not text.startswith(("get ", "list ")):
+            writes.append((text, host.on(), list(host.fake.guarded)))
+        return real(text)
+
+    monkeypatch.setattr(host.fake.nft, "run", run)
+    assert host.run("DEL", "c1", "10.88.0.5/16") == (0, None)
+    ((text, on, guarded),) = writes
+    assert f"delete table {GUARD_TABLE}" in text
+    assert (f"delete element {T}" if others else f"delete table {T}") in text
+    assert (on, guarded) == (list(others), sorted(["cni0", *others]))
+    assert host.changes() == [
+        f"sysctl {path('cni0')} = 0",
+        f"{GUARD}{' '.join(others) or '(none)'}",
+    ]
+    assert (host.on(), host.fake.guarded) == (list(others), list(others))
 
 
 def test_a_guard_lost_to_a_firewall_reload_comes_back_with_the_next_add(host: Host) -> None:

@@ -22,12 +22,12 @@ from tests.harness.fake_portmap_world import (
     BACKENDS,
     ENOENT,
     FLUSH,
+    GUARD_OFF,
     IPT_SHARED,
     LOCALNET_OFF,
     LOCALNET_ON,
     NET,
     NFT_MASQ_CHAIN,
-    PUT_BACK,
     T,
     World,
     added,
@@ -256,18 +256,18 @@ def test_del_of_the_last_attachment_removes_everything_and_a_second_del_nothing(
     world.run("ADD")
     world.fake.sent()
     assert world.run("DEL") == (0, None)
-    # route_localnet goes back off (portmap turned it on, and the last attachment that
-    # needed it is gone), then the guard goes; the iptables backend's shared chains stay
-    # (as Go's do)
+    # route_localnet goes back off first (portmap turned it on, and the last attachment
+    # that needed it is going), then the mappings and the guard go; the iptables
+    # backend's shared chains stay (as Go's do)
     left = LOCALNET_OFF if world.backend == "nftables" else IPT_SHARED + LOCALNET_OFF
     assert world.fake.dump() == left
     if world.backend == "nftables":
-        assert world.fake.sent() == f"nft: delete table {T}\n" + FLUSH + PUT_BACK
+        assert world.fake.sent() == LOCALNET_OFF + f"nft: delete table {T}\n" + GUARD_OFF + FLUSH
     else:
         undo = [line.replace("-A CNI-HOSTPORT-DNAT", "-D CNI-HOSTPORT-DNAT")
                 for line in ipt_jumps("ctr1")]  # fmt: skip
         undo += [f"-F {chain('ctr1')}", f"-X {chain('ctr1')}"]
-        assert world.fake.sent() == sent("nft ipv4", undo) + FLUSH + PUT_BACK
+        assert world.fake.sent() == LOCALNET_OFF + sent("nft ipv4", undo) + GUARD_OFF + FLUSH
     assert world.records() == []
     assert world.run("DEL") == (0, None)
     assert world.fake.sent() == ""

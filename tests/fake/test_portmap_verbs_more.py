@@ -19,6 +19,7 @@ from common.identity import Attachment
 from portmap import nft
 from tests.harness.fake_portmap_world import (
     BACKENDS,
+    GUARD_OFF,
     LOCALNET_OFF,
     LOCALNET_ON,
     MASQ,
@@ -287,12 +288,15 @@ def test_dual_stack_add_maps_each_familys_host_addresses_then_del_removes_them(
         dual.fake.sent()
     assert dual.run("CHECK", **keys) == (0, None)
     assert dual.run("DEL", **keys) == (0, None)
-    # portmap turned route_localnet on: the last DEL puts it back, then removes the guard
+    # portmap turned route_localnet on: the last DEL puts it back, then removes the
+    # mappings and the guard
     if dual.backend == "nftables":
-        assert dual.fake.sent() == f"nft: delete table {T}\n" + FLUSH_BOTH + PUT_BACK
+        removal = f"nft: delete table {T}\n"
+        assert dual.fake.sent() == LOCALNET_OFF + removal + GUARD_OFF + FLUSH_BOTH
         assert dual.fake.dump() == LOCALNET_OFF
     else:
-        assert dual.fake.sent() == ipt_undo(dump, "ctr1") + FLUSH_BOTH + PUT_BACK
+        removal = ipt_undo(dump, "ctr1")
+        assert dual.fake.sent() == LOCALNET_OFF + removal + GUARD_OFF + FLUSH_BOTH
         assert dual.fake.dump() == IPT_SHARED_BOTH + LOCALNET_OFF
 
 

@@ -12,7 +12,9 @@ the verbs as `FakeKernel.run(..., kernel=)`:
   does); `get element`, `list tables`, `list set`, `list chain` and `list table` answer in
   libnftables' text format for what portmap asks. Its netlink looks: `has` sees the
   iptables-nft chains of `FakeXtables` (the Go portmap's nftables table is absent),
-  `may_have_element` one element of the table (or a set).
+  `may_have_element` one element of the table (or a set). The localhost guard's lines
+  (`ip cni_meta_localnet`, the change a DEL's transaction carries) set the host's guard
+  as `guard_localnet` does, in the same all-or-nothing transaction.
 * iptables backend (`FakeXtables`, a `portmap.ports.XtablesKernel`): `run` answers every
   iptables-save, iptables -S and iptables-restore call; the tools are all installed, the
   host's `iptables` is iptables-nft and there is no legacy nat table. It keeps each
@@ -38,7 +40,7 @@ import shlex
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from portmap.kernel import Route
+from portmap.kernel import GUARD_NAME, Route, guard_nft_text
 
 TABLE = "cni_meta_portmap"
 ROUTE_LOCALNET = "/proc/sys/net/ipv4/conf/cni0/route_localnet"
@@ -49,6 +51,10 @@ GUARD = "route_localnet guard: "
 
 def _nothing() -> None:
     pass
+
+
+def _unguarded(interfaces: list[str]) -> None:
+    raise AssertionError("a FakeNft without a host has no localhost guard")
 
 
 class NftError(Exception):
@@ -71,6 +77,7 @@ class FakeNft:
         self.xtables = xtables
         self.table: dict[str, Any] | None = None
         self.before_change: Callable[[], None] = _nothing  # what a test looks at then
+        self.guard: Callable[[list[str]], None] = _unguarded  # FakeNetfilter's guard_localnet
 
     def usable(self) -> bool:
         return True
@@ -107,15 +114,25 @@ class FakeNft:
                 return 1, "", f"Error: Could not process rule: {e.reason}\n{lines[0]}\n"
         self.before_change()
         saved = copy.deepcopy(self.table)
-        for line in lines:
+        ours = [line for line in lines if line.split()[2:4] != ["ip", GUARD_NAME]]
+        for line in ours:
             try:
                 self._write(line)
             except NftError as e:
                 self.table = saved
-                self.record += [f"nft: {line_}" for line_ in lines]
+                self.record += [f"nft: {line_}" for line_ in ours]
                 self.record.append(f"nft: -> {e.reason} ({line.split('{')[0].strip()})")
                 return 1, "", f"Error: Could not process rule: {e.reason}\n{line}\n"
-        self.record += [f"nft: {line}" for line in lines]
+        self.record += [f"nft: {line}" for line in ours]
+        if len(ours) < len(lines):  # the guard's lines: last, so that all or nothing holds
+            sets = [line for line in lines if line.startswith(f"add set ip {GUARD_NAME} ")]
+            try:
+                self.guard(
+                    re.findall(r'"([^"]*)"', sets[-1].partition("elements")[2]) if sets else []
+                )
+            except OSError as e:
+                self.table = saved
+                return 1, "", f"Error: {e}\n"
         return 0, "", ""
 
     # -- writes
@@ -437,6 +454,7 @@ class FakeNetfilter:
         self.requests: list[str] = []
         self.xtables = FakeXtables(self.requests)
         self.nft = FakeNft(self.requests, self.xtables)
+        self.nft.guard = self.guard_localnet
         self.sysctls = {ROUTE_LOCALNET: "0"}
         self.routes: dict[str, Route | None] = {}  # prefix -> the route to it
         self.guarded: list[str] = []  # the interfaces the localhost guard holds
@@ -481,6 +499,9 @@ class FakeNetfilter:
             raise OSError(self.guard_error)
         self.requests.append(line)
         self.guarded = names
+
+    def guard_text(self, interfaces: Iterable[str]) -> str:
+        return guard_nft_text(sorted(set(interfaces)))
 
     def localnet_guarded(self, ifname: str) -> bool:
         return ifname in self.guarded

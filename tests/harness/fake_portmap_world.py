@@ -23,8 +23,11 @@ T = "inet cni_meta_portmap"
 GUARDED = f"{GUARD}cni0\n"  # the localhost guard, on before route_localnet and after
 LOCALNET_ON = GUARDED + f"sysctl {ROUTE_LOCALNET} = 1\n"
 LOCALNET_OFF = f"sysctl {ROUTE_LOCALNET} = 0\n"
-# route_localnet back, then the guard removed: what the last attachment's DEL sends
-PUT_BACK = LOCALNET_OFF + f"{GUARD}(none)\n"
+GUARD_OFF = f"{GUARD}(none)\n"
+# route_localnet back, then the guard removed: what GC sends for the last attachment (its
+# DEL: LOCALNET_OFF, then the mappings' removal, GUARD_OFF in the nftables backend's
+# transaction or after the iptables backend's)
+PUT_BACK = LOCALNET_OFF + GUARD_OFF
 MAPPINGS = [{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"},
             {"hostPort": 5353, "containerPort": 53, "protocol": "udp"}]  # fmt: skip
 

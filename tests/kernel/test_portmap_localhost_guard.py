@@ -11,8 +11,11 @@ reaches the pod (its packets are DNAT'd, the pod's replies ESTABLISHED).
 
 from __future__ import annotations
 
+import struct
+
 import pytest
 
+from common.rtnl import NETLINK_NETFILTER, NLMSG_HDRLEN, NetlinkSocket, nlas
 from portmap.kernel import Kernel
 from tests.harness.lab import Lab
 from tests.harness.netns import Netns
@@ -102,6 +105,28 @@ def test_pods_behind_a_guarded_bridge_leave_the_guard_as_it_is(lab: Lab) -> None
     w.detach(second)
     assert localnet(lab) == "0"
     assert "cni_meta_localnet" not in nft_tables(lab)
+
+
+def generation(lab: Lab) -> int:
+    """The host's nf_tables generation (NFT_MSG_GETGEN's NFTA_GEN_ID): one more for each
+    transaction that committed."""
+    with lab.host.entered(), NetlinkSocket(NETLINK_NETFILTER) as nl:
+        (reply,) = nl.request(10 << 8 | 16, 0, bytes(4))  # NFNL_SUBSYS_NFTABLES, GETGEN
+    (gen,) = struct.unpack("!I", dict(nlas(reply[NLMSG_HDRLEN + 4 :]))[1])
+    return int(gen)
+
+
+def test_the_last_del_removes_mappings_and_guard_in_one_transaction(lab: Lab) -> None:
+    """Each transaction that deletes makes the plugin wait for an RCU grace period (the
+    close of its netlink socket, at exit): the last pod's DEL commits one, route_localnet
+    put back before it. (The bridge plugin's DEL, without ipMasq, commits none.)"""
+    w = make_world(lab, backend="nftables")
+    w.attach(lab.ctr, "8080:80/tcp")
+    before = generation(lab)
+    w.detach(lab.ctr)
+    assert generation(lab) == before + 1
+    assert localnet(lab) == "0"
+    assert "cni_meta" not in nft_tables(lab)  # neither the mappings' table nor the guard
 
 
 def test_on_an_iptables_only_host_the_guard_is_a_filter_chain(
