@@ -38,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import glob
+import hashlib
 import json
 import os
 import subprocess
@@ -61,6 +62,7 @@ __all__ = [
     "PluginCall",
     "PluginError",
     "default_plugin_path",
+    "derived_container_id",
     "load_conflist",
     "plugin_call",
 ]
@@ -227,6 +229,12 @@ class Runtime:
     cache_dir: str = DEFAULT_CACHE_DIR
     env: dict[str, str] = dataclasses.field(default_factory=dict)
     host: str = ""
+
+
+def derived_container_id(netns: str) -> str:
+    """The container ID `cni-chain` uses when it is given none: one per netns path (as
+    CNI_NETNS gets it), so the ADD, CHECK and DEL of one container name the same attachment."""
+    return "cnichain-" + hashlib.sha512(netns.encode()).hexdigest()[:20]
 
 
 def find_plugin(plugin_type: str, cni_path: str) -> str:
@@ -660,9 +668,19 @@ class Network:
         rt = self._runtime(container_id, netns, ifname, capability_args, cni_args)
         return add(self.conflist, rt) or {}
 
-    def check(self, container_id: str, netns: str, ifname: str = "eth0") -> None:
-        """CHECK the attachment against its cached result."""
-        check(self.conflist, self._runtime(container_id, netns, ifname))
+    def check(
+        self,
+        container_id: str,
+        netns: str,
+        ifname: str = "eth0",
+        *,
+        capability_args: Mapping[str, Any] | None = None,
+        cni_args: str = "",
+    ) -> None:
+        """CHECK the attachment against its cached result; the arguments ADD had are used
+        when none are given."""
+        rt = self._runtime(container_id, netns, ifname, capability_args, cni_args)
+        check(self.conflist, rt)
 
     def delete(
         self,

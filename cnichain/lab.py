@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -55,12 +55,14 @@ class ChainLab:
     def network(
         self,
         conflist: ConfList | Mapping[str, Any] | str | os.PathLike[str],
-        plugin_path: list[str] | None = None,
+        plugin_path: Sequence[str | os.PathLike[str]] | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> Network:
         """Bind a list (dict, file or ConfList) to this lab: plugins run in `host`,
         results are cached in `workdir`, and host-local and flatnet-ipam keep their
         leases in `workdir` unless the list sets its own dataDir. `plugin_path`:
-        default_plugin_path()."""
+        default_plugin_path(). `env` is added to the lab's `env` for this network's
+        plugins (e.g. a PATH that finds other tools)."""
         parsed = conflist if isinstance(conflist, ConfList) else load_conflist(conflist)
         plugins = json.loads(json.dumps(parsed.plugins))  # a copy: the caller's list stays
         for plugin in plugins:
@@ -73,7 +75,7 @@ class ChainLab:
             plugin_path,
             cache_dir=self.workdir / "cache",
             host=self.host.name,
-            env=self.env,
+            env={**self.env, **(env or {})},
         )
 
     def attach(

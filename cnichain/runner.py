@@ -7,7 +7,6 @@ friendly flags: docs/cni-contract.md.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import re
@@ -25,6 +24,7 @@ from cnichain.api import (
     check,
     default_plugin_path,
     delete,
+    derived_container_id,
     find_plugin,
     gc,
     plugin_config,
@@ -170,7 +170,7 @@ def runtime_from_args(a: argparse.Namespace) -> Runtime:
     netns = a.netns
     if netns and "/" not in netns:
         netns = os.path.join("/run/netns", netns)
-    cid = a.container_id or "cnichain-" + hashlib.sha512(netns.encode()).hexdigest()[:20]
+    cid = a.container_id or derived_container_id(netns)
     try:
         cnispec.validate_container_id(cid)
         cnispec.validate_ifname(a.ifname)

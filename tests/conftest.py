@@ -68,17 +68,18 @@ def cni_netns_prefix() -> str:
 
 @pytest.fixture
 def lab(tmp_path: Path) -> Iterator[Lab]:
-    with nslib.namespaces("host", "ctr") as (host, ctr):
-        host.sysctl("net.ipv4.ip_forward", "1")
-        host.sysctl("net.ipv6.conf.all.forwarding", "1")
-        env = {
-            "CNI_META_STATE_ROOT": str(tmp_path / "state"),
-            "CNI_META_LOG_FILE": str(tmp_path / "plugins.log"),
-            "CNI_META_LOCK_TIMEOUT": "20",
-        }
-        lab = Lab(host, ctr, tmp_path, env)
-        try:
-            yield lab
-        finally:
-            for ns in lab.extra:
-                nslib.delete(ns)
+    """A Lab; its namespaces (the ones `new_netns` adds too) are deleted afterwards, also
+    when the test or the lab's own set-up failed. Attachments are not DELeted first: the
+    tests judge what their DELs leave, and deleting the namespaces removes the rest."""
+    made: list[nslib.Netns] = []
+
+    def make(role: str) -> nslib.Netns:
+        ns = nslib.create(role)
+        made.append(ns)
+        return ns
+
+    try:
+        yield Lab(make, tmp_path)
+    finally:
+        for ns in made:
+            nslib.delete(ns)

@@ -4,7 +4,7 @@
 
 * the host has 192.168.77.1/24 + fd77::1/64 on the veth to `ext` (and 192.168.78.1 as a
   second local address), `ext` routes everything through it;
-* containers get their addresses from the conflist run by cni-chain in the host netns,
+* containers get their addresses from the conflist run through cnichain in the host netns,
   so portmap is chained after the Go bridge exactly as a runtime would run it.
 """
 
@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cnichain import ChainError
 from tests.harness.lab import Lab
 from tests.harness.netns import Netns
 from tests.harness.plugins import load_conflist
@@ -56,13 +57,6 @@ def add_ext(lab: Lab) -> Netns:
     return ext
 
 
-def ports(*specs: str) -> list[str]:
-    out = []
-    for spec in specs:
-        out += ["--port", spec]
-    return out
-
-
 @dataclass
 class World:
     lab: Lab
@@ -71,13 +65,16 @@ class World:
     results: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def attach(self, ctr: Netns, *port_specs: str, check: bool = True) -> dict[str, Any]:
-        run = self.lab.chain.run(
-            "add", str(self.conflist), ctr.path, *ports(*port_specs), check=check
-        )
-        if run.returncode == 0:
-            self.results[ctr.name] = run.json
-            return dict(run.json)
-        return {"error": run.stderr}
+        """ADD `ctr` with the mappings; with `check` false, a refused ADD's error as
+        {"error": text}."""
+        try:
+            result = self.lab.chain.add(self.conflist, ctr, *port_specs)
+        except ChainError as e:
+            if check:
+                raise
+            return {"error": str(e)}
+        self.results[ctr.name] = result
+        return dict(result)
 
     def detach(self, ctr: Netns) -> None:
         self.lab.chain.delete(self.conflist, ctr)

@@ -1,7 +1,7 @@
 """bandwidth against a real kernel, with real traffic.
 
 The container is attached with the Go bridge + host-local and our bandwidth through
-cni-chain (conflists/bandwidth.conflist), as a runtime would. Everything about the kernel
+cnichain.Network (conflists/bandwidth.conflist), as a runtime would. Everything about the kernel
 is read back with iproute2's `tc -j` / `ip -j`, never from the plugin's own report.
 Throughput bounds are deliberately generous (50%..110% of the configured rate): they
 prove that shaping happens and holds, while bench/bandwidth_accuracy.py measures how
@@ -124,7 +124,7 @@ def test_second_add_with_other_rates_updates_in_place(lab: Lab) -> None:
 
 def test_check_passes_after_add(lab: Lab) -> None:
     att = attach(lab, rate_spec(10_000_000))
-    lab.chain.check(att.conflist, att.ctr, "--container-id", att.container_id)
+    lab.chain.check(att.conflist, att.ctr, container_id=att.container_id)
 
 
 def test_check_fails_when_the_redirect_filter_is_deleted(lab: Lab) -> None:
@@ -162,7 +162,7 @@ def test_del_leaves_nothing_and_a_second_del_succeeds(lab: Lab) -> None:
     assert_clean(lab, att.host_veth)
     att.run("DEL").ok()
     assert list((lab.state_root / "bandwidth").glob("*.json")) == []
-    lab.chain.delete(att.conflist, att.ctr, "--container-id", att.container_id)
+    lab.chain.delete(att.conflist, att.ctr, container_id=att.container_id)
 
 
 def test_del_succeeds_when_the_netns_is_gone(lab: Lab) -> None:
@@ -312,7 +312,7 @@ def test_40_gbit_travels_as_rate64_and_checks(lab: Lab) -> None:
         assert tbf is not None and tbf["options"]["rate"] == 5_000_000_000, tbf
         assert tbf["options"]["burst"] == 100_000_000
         assert "rate 40Gbit" in lab.host.run("tc", "-s", "qdisc", "show", "dev", dev)
-    lab.chain.check(att.conflist, att.ctr, "--container-id", att.container_id)
+    lab.chain.check(att.conflist, att.ctr, container_id=att.container_id)
     att.run("CHECK").ok()
     # CHECK compares the real rate: 50 Gbit/s has the same U32_MAX in tc_ratespec
     faster = {"ingressRate": 50_000_000_000, "ingressBurst": 800_000_000}

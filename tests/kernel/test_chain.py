@@ -106,10 +106,10 @@ def test_gc_and_status_reach_every_plugin_of_a_1_1_0_list(lab: Lab) -> None:
     }
     path = lab.workdir / "meta.conflist"
     path.write_text(json.dumps(meta))
-    lab.chain.run("status", str(path))
-    lab.chain.run("gc", str(path), "--valid", "c1/eth0")
+    lab.cli.run("status", str(path))
+    lab.cli.run("gc", str(path), "--valid", "c1/eth0")
     assert (
-        lab.chain.run(
+        lab.cli.run(
             "status", str(load_conflist("ipv4.conflist", lab.workdir)), check=False
         ).returncode
         == 1
@@ -118,13 +118,13 @@ def test_gc_and_status_reach_every_plugin_of_a_1_1_0_list(lab: Lab) -> None:
 
 def test_del_after_netns_is_gone(lab: Lab) -> None:
     conflist = load_conflist("ipv4.conflist", lab.workdir)
-    lab.chain.add(conflist, lab.ctr)
+    lab.cli.add(conflist, lab.ctr)
     ctr_path = lab.ctr.path
     lab.ctr.run("true")
     from tests.harness import netns as nslib
 
     nslib.delete(lab.ctr)
-    lab.chain.run("del", str(conflist), ctr_path)
+    lab.cli.run("del", str(conflist), ctr_path)
 
 
 def test_failing_plugin_is_reported_readably(lab: Lab) -> None:
@@ -132,7 +132,7 @@ def test_failing_plugin_is_reported_readably(lab: Lab) -> None:
     raw["cniVersion"] = "9.9.9"
     bad = lab.workdir / "bad.conflist"
     bad.write_text(json.dumps(raw))
-    run = lab.chain.run("add", str(bad), lab.ctr.path, check=False)
+    run = lab.cli.run("add", str(bad), lab.ctr.path, check=False)
     assert run.returncode == 1
     assert "plugin #1 'bridge'" in run.stderr
     assert "Traceback" not in run.stderr
@@ -140,6 +140,6 @@ def test_failing_plugin_is_reported_readably(lab: Lab) -> None:
 
 def test_version_of_every_plugin_in_the_list(lab: Lab) -> None:
     conflist = load_conflist("demo.conflist", lab.workdir)
-    info = lab.chain.run("version", str(conflist)).json
+    info = lab.cli.run("version", str(conflist)).json
     assert set(info) == {"flatnet", "portmap", "bandwidth", "tuning"}
     assert "1.1.0" in info["portmap"]["supportedVersions"]

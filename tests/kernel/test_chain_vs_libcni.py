@@ -95,7 +95,7 @@ def test_cni_chain_invokes_plugins_exactly_like_libcni(lab: Lab, version: str) -
 
     chain_log = lab.workdir / "chain.jsonl"
     for verb in ("add", "check", "del"):
-        chain = lab.chain
+        chain = lab.cli
         chain.env = {**lab.env, "RECORD_FILE": str(chain_log)}
         chain.cni_path = str(bindir)
         chain.run(

@@ -18,10 +18,11 @@ from typing import Any
 
 import pytest
 
+from cnichain import PluginError
 from common.digest import sha512_hex
-from tests.harness.lab import Lab
+from tests.harness.lab import Lab, LabChain
 from tests.harness.netns import Netns
-from tests.harness.plugins import GO_BIN, Chain, our, run_plugin
+from tests.harness.plugins import GO_BIN, our, run_plugin
 from tests.harness.portmap_world import HOST4, add_ext, conntrack_udp, udp_flow
 from tests.harness.traffic import echo_server, reaches
 
@@ -84,11 +85,11 @@ def legacy_bin(lab: Lab) -> str:
     return str(d)
 
 
-def go_chain(lab: Lab, iptables: str = "iptables-nft") -> Chain:
-    env = dict(lab.env)
+def go_chain(lab: Lab, iptables: str = "iptables-nft") -> LabChain:
+    env = {}
     if iptables == "iptables-legacy":
         env["PATH"] = f"{legacy_bin(lab)}:{os.environ['PATH']}"
-    return Chain(lab.host, lab.workdir, cni_path=str(GO_BIN), env=env)
+    return LabChain(lab, [GO_BIN], env)
 
 
 def go_chain_name(container_id: str) -> str:
@@ -132,13 +133,11 @@ def new_pod_gets_the_port(lab: Lab, ext: Netns, conf: Path, old_address: str) ->
     """A pod set up by our plugins on the same host port, at another address, answers
     through it."""
     pod = lab.new_netns("new")
-    result = lab.chain.run("add", str(conf), pod.path, "--container-id", "newpod", "--port",
-                           f"{PORT}:80/tcp").json  # fmt: skip
+    result = lab.chain.add(conf, pod, f"{PORT}:80/tcp", container_id="newpod")
     assert address_of(result) != old_address  # else a stale DNAT would still "work"
     with echo_server(pod, 80, "tcp", "new"):
         assert reaches(ext, HOST4, PORT) == b"new:ping"
-    lab.chain.run("del", str(conf), pod.path, "--container-id", "newpod", "--port",
-                  f"{PORT}:80/tcp")  # fmt: skip
+    lab.chain.delete(conf, pod, f"{PORT}:80/tcp", container_id="newpod")
 
 
 def bystander(lab: Lab, conf: Path) -> None:
@@ -149,14 +148,12 @@ def bystander(lab: Lab, conf: Path) -> None:
     take the host port from the pod that gets it next.
     """
     pod = lab.new_netns("by")
-    lab.chain.run("add", str(conf), pod.path, "--container-id", "bystander", "--port",
-                  f"{PORT + 5}:80/tcp")  # fmt: skip
+    lab.chain.add(conf, pod, f"{PORT + 5}:80/tcp", container_id="bystander")
 
 
-def go_add(chain: Chain, conf: Path, ctr: Netns) -> dict[str, Any]:
-    run = chain.run("add", str(conf), ctr.path, "--container-id", GO_POD, "--port",
-                    f"{PORT}:80/tcp", "--bandwidth", "10mbit", "--mac", MAC)  # fmt: skip
-    return dict(run.json)
+def go_add(chain: LabChain, conf: Path, ctr: Netns) -> dict[str, Any]:
+    return chain.add(conf, ctr, f"{PORT}:80/tcp", container_id=GO_POD, bandwidth="10mbit",
+                     mac=MAC)  # fmt: skip
 
 
 # ---------------------------------------------------------------------------- Go -> ours
@@ -177,8 +174,8 @@ def test_our_del_removes_what_the_go_plugins_made(lab: Lab, iptables: str) -> No
     assert any(line.startswith("tuning backup") for line in made)
     assert f"mtu {MTU}" in lab.ctr.ip("link", "show", "eth0")
 
-    lab.chain.run("del", str(conf), lab.ctr.path, "--container-id", GO_POD, "--port",
-                  f"{PORT}:80/tcp", "--bandwidth", "10mbit", "--mac", MAC)  # fmt: skip
+    lab.chain.delete(conf, lab.ctr, f"{PORT}:80/tcp", container_id=GO_POD, bandwidth="10mbit",
+                     mac=MAC)  # fmt: skip
 
     assert leftovers(lab, GO_POD, address) == []
     new_pod_gets_the_port(lab, ext, conf, address)
@@ -189,7 +186,7 @@ def test_our_second_del_of_a_go_pod_is_quiet(lab: Lab) -> None:
     conf = conflist(lab)
     go_add(go_chain(lab), conf, lab.ctr)
     for _ in range(2):
-        lab.chain.run("del", str(conf), "", "--container-id", GO_POD, "--port", f"{PORT}:80/tcp")
+        lab.chain.delete(conf, None, f"{PORT}:80/tcp", container_id=GO_POD)
     assert [x for x in leftovers(lab, GO_POD, "10.89.9.") if "ip link" in x or "CNI-DN" in x] == []
 
 
@@ -224,14 +221,13 @@ add rule {t} masquerading ip saddr 127.0.0.1 ip daddr {address} masquerade comme
 def test_our_del_removes_the_go_nftables_backends_rules(lab: Lab) -> None:
     ext, full, bridge_only = add_ext(lab), conflist(lab), conflist(lab, plugins=())
     bystander(lab, full)
-    address = address_of(go_chain(lab).add(bridge_only, lab.ctr, "--container-id", GO_POD))
+    address = address_of(go_chain(lab).add(bridge_only, lab.ctr, container_id=GO_POD))
     go_nftables_rules(lab, GO_POD, address, PORT)
     go_nftables_rules(lab, "somebody-else", "10.89.9.250", PORT + 1)
     with echo_server(lab.ctr, 80, "tcp", "go"):
         assert reaches(ext, HOST4, PORT) == b"go:ping"
 
-    lab.chain.run("del", str(full), lab.ctr.path, "--container-id", GO_POD, "--port",
-                  f"{PORT}:80/tcp")  # fmt: skip
+    lab.chain.delete(full, lab.ctr, f"{PORT}:80/tcp", container_id=GO_POD)
 
     assert leftovers(lab, GO_POD, address) == []
     kept = lab.host.run("nft", "list", "table", "ip", "cni_hostport")
@@ -242,17 +238,15 @@ def test_our_del_removes_the_go_nftables_backends_rules(lab: Lab) -> None:
 def test_our_check_of_a_go_pod_says_what_is_missing(lab: Lab) -> None:
     conf = conflist(lab)
     go_add(go_chain(lab), conf, lab.ctr)
-    run = lab.chain.run("check", str(conf), lab.ctr.path, "--container-id", GO_POD, "--port",
-                        f"{PORT}:80/tcp", "--bandwidth", "10mbit", "--mac", MAC,
-                        check=False)  # fmt: skip
-    assert run.returncode != 0
-    assert "Traceback" not in run.stdout + run.stderr
-    assert "portmap" in run.stderr and "missing" in run.stderr.lower(), run.stderr
+    with pytest.raises(PluginError) as failed:
+        lab.chain.check(conf, lab.ctr, f"{PORT}:80/tcp", container_id=GO_POD,
+                        bandwidth="10mbit", mac=MAC)  # fmt: skip
+    said = str(failed.value)
+    assert "Traceback" not in said + failed.value.stderr
+    assert "portmap" in said and "missing" in said.lower(), said
     # bandwidth and tuning on their own: Go's shaping and link settings are what ours make
     rest = conflist(lab, plugins=("bandwidth", "tuning"))
-    run = lab.chain.run("check", str(rest), lab.ctr.path, "--container-id", GO_POD,
-                        "--bandwidth", "10mbit", "--mac", MAC, check=False)  # fmt: skip
-    assert run.returncode == 0, run.stderr
+    lab.chain.check(rest, lab.ctr, container_id=GO_POD, bandwidth="10mbit", mac=MAC)
 
 
 def other_network(lab: Lab, conf: Path) -> Path:
@@ -285,11 +279,11 @@ def test_our_gc_removes_the_go_mappings_of_containers_no_longer_valid(
     go = go_chain(lab, iptables)
     other = other_network(lab, conf)
     pod2, podm = lab.new_netns("gopod2"), lab.new_netns("gopodm")
-    go.run("add", str(conf), lab.ctr.path, "--container-id", GO_POD, "--port", f"{PORT + 1}:80/tcp")
-    run = go.run("add", str(conf), pod2.path, "--container-id", "gopod2", "--port",
-                 f"{PORT}:80/tcp", "--port", f"{PORT + 2}:53/udp")  # fmt: skip
-    address2 = address_of(run.json)
-    go.run("add", str(other), podm.path, "--container-id", "gopodm", "--port", f"{PORT + 3}:80/tcp")
+    go.add(conf, lab.ctr, f"{PORT + 1}:80/tcp", container_id=GO_POD)
+    address2 = address_of(
+        go.add(conf, pod2, f"{PORT}:80/tcp", f"{PORT + 2}:53/udp", container_id="gopod2")
+    )
+    go.add(other, podm, f"{PORT + 3}:80/tcp", container_id="gopodm")
     save = f"{iptables}-save"
     chains = {cid: go_chain_name(cid) for cid in (GO_POD, "gopod2")}
     chains["gopodm"] = ("CNI-DN-" + sha512_hex((OTHER + "gopodm").encode()))[:28]
@@ -328,13 +322,12 @@ def test_go_del_of_our_pod_leaves_only_our_nftables_mappings_which_the_readme_re
     raw = json.loads(conf.read_text())
     raw["plugins"][1]["backend"] = backend
     conf.write_text(json.dumps(raw))
-    result = lab.chain.run("add", str(conf), lab.ctr.path, "--container-id", "ourpod",
-                           "--port", f"{PORT}:80/tcp", "--bandwidth", "10mbit",
-                           "--mac", MAC).json  # fmt: skip
+    result = lab.chain.add(conf, lab.ctr, f"{PORT}:80/tcp", container_id="ourpod",
+                           bandwidth="10mbit", mac=MAC)  # fmt: skip
     address = address_of(result)
 
-    go_chain(lab).run("del", str(conf), lab.ctr.path, "--container-id", "ourpod", "--port",
-                      f"{PORT}:80/tcp", "--bandwidth", "10mbit", "--mac", MAC)  # fmt: skip
+    go_chain(lab).delete(conf, lab.ctr, f"{PORT}:80/tcp", container_id="ourpod",
+                         bandwidth="10mbit", mac=MAC)  # fmt: skip
 
     # Go's bandwidth deletes the ifb by its name (ours has the same), Go's tuning restores
     # from our backup file (same name, Go's keys) and removes it; Go's portmap removes
@@ -348,9 +341,7 @@ def test_go_del_of_our_pod_leaves_only_our_nftables_mappings_which_the_readme_re
         lab.host.run("sh", "-c", FORGET_OUR_MAPPINGS)
         assert leftovers(lab, "ourpod", address) == []
     pod = lab.new_netns("gonew")
-    go_chain(lab).run("add", str(conf), pod.path, "--container-id", "gonew", "--port",
-                      f"{PORT}:80/tcp")  # fmt: skip
+    go_chain(lab).add(conf, pod, f"{PORT}:80/tcp", container_id="gonew")
     with echo_server(pod, 80, "tcp", "gonew"):
         assert reaches(ext, HOST4, PORT) == b"gonew:ping"
-    go_chain(lab).run("del", str(conf), pod.path, "--container-id", "gonew", "--port",
-                      f"{PORT}:80/tcp")  # fmt: skip
+    go_chain(lab).delete(conf, pod, f"{PORT}:80/tcp", container_id="gonew")

@@ -1,6 +1,6 @@
 """portmap against a real kernel, with real TCP and UDP traffic.
 
-Containers are attached by cni-chain with the Go bridge + host-local and our portmap,
+Containers are attached through cnichain with the Go bridge + host-local and our portmap,
 exactly as a runtime runs a conflist. Every path a host port must serve is exercised:
 another host (a routed netns), the host itself (its own address), 127.0.0.1 (snat),
 a neighbour on the same bridge, and the container itself (hairpin).
@@ -567,7 +567,7 @@ def test_stale_del_after_a_firewall_reload_leaves_the_new_owner_forwarding(lab: 
     w.detach(a)
     with echo_server(b, 80, "tcp", "b"):
         assert reaches(w.ext, HOST4, 8080) == b"b:ping"
-    lab.chain.check(w.conflist, b, *["--port", "8080:80/tcp"])
+    lab.chain.check(w.conflist, b, "8080:80/tcp")
     w.detach(b)
     assert TABLE not in lab.host.run("nft", "list", "tables")
 

@@ -25,10 +25,10 @@ import pytest
 from common.digest import sha512_hex
 from common.identity import Attachment
 from portmap.nft import owner_element
-from tests.harness.lab import Lab
+from tests.harness.lab import Lab, LabChain
 from tests.harness.names import colliding_names
 from tests.harness.netns import Netns
-from tests.harness.plugins import GO_BIN, Chain, load_conflist, our, run_plugin
+from tests.harness.plugins import GO_BIN, load_conflist, our, run_plugin
 from tests.harness.portmap_world import HOST4, add_ext, comments
 from tests.harness.traffic import echo_server, reaches
 
@@ -50,9 +50,7 @@ def network(lab: Lab, name: str, bridge: str, subnet: str, **portmap: Any) -> Pa
 
 
 def add(lab: Lab, conf: Path, ctr: Netns, cid: str, *ports: str, ifname: str = "eth0") -> Any:
-    flags = [w for spec in ports for w in ("--port", spec)]
-    return lab.chain.run("add", str(conf), ctr.path, "--container-id", cid, "--ifname", ifname,
-                         *flags).json  # fmt: skip
+    return lab.chain.add(conf, ctr, *ports, container_id=cid, ifname=ifname)
 
 
 def address(result: Any) -> str:
@@ -147,8 +145,7 @@ def test_a_del_without_a_record_asks_one_lookup_whatever_the_others_hold(lab: La
         start = 20000 + 4096 * i
         add(lab, conf, lab.new_netns(f"big{i}"), f"big{i}", f"{start}-{start + 4095}:20000/tcp")
     result = add(lab, conf, lab.ctr, "second", "18080:80/tcp")
-    lab.chain.run("del", str(conf), lab.ctr.path, "--container-id", "second", "--port",
-                  "18080:80/tcp")  # fmt: skip
+    lab.chain.delete(conf, lab.ctr, "18080:80/tcp", container_id="second")
     before = comments(lab.host)
     assert len(before) > 2 * 4096
     plain = {"cniVersion": "1.1.0", "name": "cmp-dos", "type": "portmap"}
@@ -177,15 +174,13 @@ def test_our_del_leaves_the_go_chain_of_a_sibling_attachment(lab: Lab) -> None:
     chain name): both DELs of eth1 leave eth0's chain, which keeps forwarding."""
     ext = add_ext(lab)
     conf = network(lab, "cmp-sib", "cmpsib0", "10.89.33.0/24")
-    go = Chain(lab.host, lab.workdir, cni_path=str(GO_BIN), env=lab.env)
-    go.run("add", str(conf), lab.ctr.path, "--container-id", "sib", "--port", "18080:80/tcp")
+    LabChain(lab, [GO_BIN]).add(conf, lab.ctr, "18080:80/tcp", container_id="sib")
     add(lab, conf, lab.ctr, "sib", "18081:80/tcp", ifname="eth1")
     chain = ("CNI-DN-" + sha512_hex(b"cmp-sib" + b"sib"))[:28]
     assert f":{chain} " in lab.host.run("iptables-save", "-t", "nat")
 
     for _ in range(2):
-        lab.chain.run("del", str(conf), lab.ctr.path, "--container-id", "sib", "--ifname",
-                      "eth1", "--port", "18081:80/tcp")  # fmt: skip
+        lab.chain.delete(conf, lab.ctr, "18081:80/tcp", container_id="sib", ifname="eth1")
 
     assert f":{chain} " in lab.host.run("iptables-save", "-t", "nat")
     with echo_server(lab.ctr, 80, "tcp", "eth0"):
@@ -216,8 +211,7 @@ add rule {t} masquerading ip saddr {eth0} ip daddr {eth0} masquerade comment "si
     before = lab.host.run("nft", "list", "table", *t.split())
 
     for _ in range(2):
-        lab.chain.run("del", str(conf), lab.ctr.path, "--container-id", "sib", "--ifname",
-                      "eth1", "--port", "18081:80/tcp")  # fmt: skip
+        lab.chain.delete(conf, lab.ctr, "18081:80/tcp", container_id="sib", ifname="eth1")
 
     assert lab.host.run("nft", "list", "table", *t.split()) == before
     prev = {"cniVersion": "1.1.0", "ips": [{"address": f"{eth0}/24"}]}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.harness.lab import Lab
+from tests.harness.lab import Lab, LabChain
 from tests.harness.plugins import GO_BIN, load_conflist
 from tests.harness.stdlib_fallback import wrappers
 from tests.harness.traffic import echo_server, request
@@ -14,19 +14,18 @@ from tests.harness.traffic import echo_server, request
 @pytest.mark.root
 def test_chain_add_check_del_without_the_private_modules(lab: Lab) -> None:
     bindir = wrappers(lab.workdir / "bin")
-    chain = lab.chain
-    chain.cni_path = f"{bindir}:{GO_BIN}"
+    chain = LabChain(lab, [bindir, GO_BIN])
     conflist = load_conflist("ipv4.conflist", lab.workdir)
     mac = "02:42:ac:11:00:42"
-    flags = ("--port", "18742:7042/tcp", "--bandwidth", "8000000", "--mac", mac)
-    chain.add(conflist, lab.ctr, *flags)
+    flags = {"bandwidth": "8000000", "mac": mac}
+    chain.add(conflist, lab.ctr, "18742:7042/tcp", **flags)
     with echo_server(lab.ctr, 7042, "tcp", tag="fb"):
         assert request(lab.host, "127.0.0.1", 18742, "tcp", b"hi") == b"fb:hi"
     assert mac in lab.ctr.ip("link", "show", "eth0")
     assert "tbf" in lab.host.run("tc", "qdisc", "show")
     state = sorted(p.name for p in lab.state_root.rglob("*.json"))
     assert state, "the plugins wrote no state"
-    chain.check(conflist, lab.ctr, *flags)
-    chain.delete(conflist, lab.ctr, *flags)
+    chain.check(conflist, lab.ctr, "18742:7042/tcp", **flags)
+    chain.delete(conflist, lab.ctr, "18742:7042/tcp", **flags)
     assert not list(lab.state_root.rglob("*.json"))
     assert "tbf" not in lab.host.run("tc", "qdisc", "show")

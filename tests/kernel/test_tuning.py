@@ -489,7 +489,7 @@ def test_sysctl_only_config_does_not_import_pyroute2(lab: Lab) -> None:
 
 def test_chained_after_bridge_with_mac_capability_and_traffic(lab: Lab) -> None:
     conflist = load_conflist("tuning.conflist", lab.workdir)
-    result = lab.chain.add(conflist, lab.ctr, "--mac", MAC)
+    result = lab.chain.add(conflist, lab.ctr, mac=MAC)
     ctr_iface = next(i for i in result["interfaces"] if i.get("sandbox"))
     assert ctr_iface["mac"] == MAC
     assert link(lab.ctr)["mac"] == MAC and link(lab.ctr)["mtu"] == 1400

@@ -1,9 +1,11 @@
 """cnichain as a runtime: it imports no plugin and not `common`, refuses the names libcni
 refuses before exec'ing anything or writing its cache, re-marshals results as libcni does,
-and its two faces (the API and `cni-chain`) default to the same plugin path."""
+its two faces (the API and `cni-chain`) default to the same plugin path and container ID,
+and a ChainLab binds a list to its own namespaces, dirs and environment."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -14,9 +16,10 @@ from typing import Any
 
 import pytest
 
-from cnichain import ChainError, Network, default_plugin_path
-from cnichain.api import retyped
-from cnichain.runner import build_parser
+from cnichain import ChainError, ChainLab, Network, default_plugin_path
+from cnichain.api import derived_container_id, retyped
+from cnichain.netns import Netns
+from cnichain.runner import build_parser, runtime_from_args
 
 # Touches MARKER when run: proves whether cnichain exec'd anything.
 PLUGIN = """#!{python}
@@ -209,3 +212,69 @@ def test_fixtures_skip_with_a_reason_when_not_root(tmp_path: Path) -> None:
     assert run.returncode == 0, run.stdout[-3000:]
     assert "2 skipped" in run.stdout
     assert "fixtures need root" in run.stdout
+
+
+# Writes each call's stdin to RECORD/<command>: what the plugin was sent.
+RECORDER = """#!{python}
+import json, os, sys
+conf = sys.stdin.read()
+with open(os.path.join(os.environ["RECORD"], os.environ["CNI_COMMAND"]), "w") as f:
+    f.write(conf)
+if os.environ["CNI_COMMAND"] == "ADD":
+    print(json.dumps({{"cniVersion": "1.0.0", "ips": [{{"address": "10.1.0.2/24"}}]}}))
+"""
+
+
+def recorder(tmp_path: Path) -> Path:
+    d = tmp_path / "rbin"
+    d.mkdir()
+    exe = d / "rec"
+    exe.write_text(RECORDER.format(python=sys.executable))
+    exe.chmod(0o755)
+    return d
+
+
+def test_check_sends_the_capability_args_it_is_given_else_adds(tmp_path: Path) -> None:
+    record = tmp_path / "record"
+    record.mkdir()
+    raw = {"cniVersion": "1.0.0", "name": "net",
+           "plugins": [{"type": "rec", "capabilities": {"mac": True}}]}  # fmt: skip
+    net = Network(raw, [recorder(tmp_path)], cache_dir=tmp_path / "cache",
+                  env={"RECORD": str(record)})  # fmt: skip
+    net.add("c1", "/run/netns/nowhere", capability_args={"mac": "02:00:00:00:00:01"})
+    net.check("c1", "/run/netns/nowhere")
+    sent = json.loads((record / "CHECK").read_text())
+    assert sent["runtimeConfig"] == {"mac": "02:00:00:00:00:01"}
+    net.check("c1", "/run/netns/nowhere", capability_args={"mac": "02:00:00:00:00:02"})
+    sent = json.loads((record / "CHECK").read_text())
+    assert sent["runtimeConfig"] == {"mac": "02:00:00:00:00:02"}
+
+
+def test_the_container_id_cni_chain_derives_is_the_apis() -> None:
+    netns = "/run/netns/ctr1"
+    expected = "cnichain-" + hashlib.sha512(netns.encode()).hexdigest()[:20]
+    assert derived_container_id(netns) == expected
+    for given in ("ctr1", netns):  # a name is taken as /run/netns/NAME
+        args = build_parser().parse_args(["add", "x.conflist", given])
+        assert runtime_from_args(args).container_id == expected
+    args = build_parser().parse_args(["add", "x.conflist", given, "--container-id", "mine"])
+    assert runtime_from_args(args).container_id == "mine"
+
+
+class FakeNetns(Netns):
+    """A namespace that is only a name: ChainLab's set-up writes its sysctls nowhere."""
+
+    def sysctl(self, key: str, value: str | None = None) -> str:
+        return value or ""
+
+
+def test_a_chain_lab_network_adds_its_env_to_the_labs(tmp_path: Path) -> None:
+    lab = ChainLab(FakeNetns, tmp_path)
+    ipam = {"type": "host-local"}
+    raw = {"cniVersion": "1.0.0", "name": "net", "plugins": [{"type": "bridge", "ipam": ipam}]}
+    net = lab.network(raw, ["/x"], env={"PATH": "/tools", "CNI_META_LOG_FILE": "/l"})
+    assert net.env == {**lab.env, "PATH": "/tools", "CNI_META_LOG_FILE": "/l"}
+    assert net.host == lab.host.name and net.plugin_path == ["/x"]
+    assert net.conflist.plugins[0]["ipam"]["dataDir"] == str(tmp_path / "host-local")
+    assert lab.network(raw).env == lab.env
+    assert "PATH" not in lab.env and ipam == {"type": "host-local"}  # the caller's list stays
