@@ -59,7 +59,7 @@ deps: apt venv
 # apart): a reader new to the project reads them in an afternoon. Above the limit, remove
 # weight (shims, dead code, contortions) rather than cram lines; raising it is a decision
 # said in the commit that does.
-SIZE_LIMIT := 9557
+SIZE_LIMIT := 9570
 SIZED := common portmap bandwidth tuning
 
 # Besides style and types: the import contracts and the dependency lists of pyproject.toml,

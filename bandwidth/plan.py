@@ -150,7 +150,13 @@ def build(cfg: BandwidthConfig, placement: Placement, ifb: str, alias: str, psch
 
 
 class Action(Value):
-    """One change to the kernel; `tc.Rtnl.apply` carries them out."""
+    """One change to the kernel; `tc.Rtnl.apply` carries them out. `what` says it in a
+    user's words (errors), filled in with the action's fields and the shaped `device`."""
+
+    what = "changing {device}"
+
+    def describe(self, device: str) -> str:
+        return self.what.format(device=device, **self.fields())
 
 
 class _IfbSettings(Action):
@@ -160,14 +166,15 @@ class _IfbSettings(Action):
 
 
 class CreateIfb(_IfbSettings):
-    """Make the ifb, set its alias (the kernel ignores one given at creation), bring it up."""
+    what = "creating the ifb {name}"  # with its alias, up
 
 
 class UpdateIfb(_IfbSettings):
-    """Set the MTU and alias of an existing ifb, and bring it up."""
+    what = "updating the ifb {name}"  # its MTU and alias, up
 
 
 class DeleteIfb(Action):
+    what = "deleting the ifb {name}"
     name: str
     index: int  # the ifindex it was observed at: deleted by it, with no lookup by name
 
@@ -176,20 +183,24 @@ class SetTbf(Action):
     ifb: str  # the ifb to put it on; "" for the shaped device
     tbf: Tbf
 
+    def describe(self, device: str) -> str:
+        return f"setting the rate limit (tbf) on {self.ifb or device}"
+
 
 class DeleteRootQdisc(Action):
-    pass
+    what = "deleting the root qdisc of {device}"
 
 
 class AddIngressQdisc(Action):
-    pass
+    what = "adding an ingress qdisc to {device}"
 
 
 class DeleteIngressQdisc(Action):
-    pass
+    what = "deleting the ingress qdisc of {device}"
 
 
 class DeleteFilters(Action):
+    what = "deleting stale ingress filters of {device}"
     parent: int
     prio: int
     protocol: int
@@ -197,6 +208,7 @@ class DeleteFilters(Action):
 
 
 class AddRedirect(Action):
+    what = "redirecting the ingress of {device} to the ifb {ifb}"
     parent: int
     ifb: str
 

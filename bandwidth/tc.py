@@ -349,7 +349,8 @@ class Rtnl:
             try:
                 self._apply_one(action, device)
             except (NetlinkError, TimeoutError) as e:
-                raise CniError(KERNEL_FAILURE, f"{type(action).__name__} failed", str(e)) from None
+                what = action.describe(device.name if device is not None else "the device")
+                raise CniError(KERNEL_FAILURE, f"{what} failed", str(e)) from None
 
     def _set_link(self, index: int, **attrs: Any) -> None:
         msg = self.m.ifinfmsg()

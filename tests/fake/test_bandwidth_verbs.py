@@ -8,6 +8,7 @@ were sent. tests/kernel/test_bandwidth.py proves the same on the real kernel.
 from __future__ import annotations
 
 import errno
+import re
 from pathlib import Path
 from typing import Any
 
@@ -141,7 +142,10 @@ def test_a_failed_add_is_undone_and_leaves_no_record(kernel: FakeKernel, tmp_pat
     kernel.on("RTM_NEWTFILTER", errno.EPERM)
     code, error = add(kernel, netns)
     assert (code, error["code"]) == (1, 100)
-    assert error["msg"] == "AddRedirect failed"
+    # in words, naming the devices, not the planner's action class
+    assert re.fullmatch(
+        r"redirecting the ingress of veth1 to the ifb bwp[0-9a-f]{12} failed", error["msg"]
+    )
     assert kernel.dump() == before
     assert kernel.sent() == CREATE.replace(REDIRECT, REDIRECT + " -> EPERM") + REMOVE
     assert records(tmp_path) == []

@@ -559,3 +559,35 @@ def test_check_names_a_missing_ifb() -> None:
     assert any(
         "ifb" in d and "missing" in d for d in plan.differences(p, Observed(obs.device, None))
     )
+
+
+def test_every_action_says_in_words_what_failed() -> None:
+    """A failed kernel change is reported by what it was meant to do, naming the devices
+    (the error a user reads), never by the planner's class name."""
+    tbf = build().ifb.tbf  # type: ignore[union-attr]
+    actions = [
+        CreateIfb("ifb0", 1500, "alias"),
+        UpdateIfb("ifb0", 1500, "alias"),
+        DeleteIfb("ifb0", 7),
+        SetTbf("ifb0", tbf),
+        SetTbf("", tbf),
+        DeleteRootQdisc(),
+        AddIngressQdisc(),
+        DeleteIngressQdisc(),
+        DeleteFilters(TC_H_INGRESS, 1, 3, "u32"),
+        AddRedirect(TC_H_INGRESS, "ifb0"),
+    ]
+    said = [a.describe("veth9") for a in actions]
+    assert said == [
+        "creating the ifb ifb0",
+        "updating the ifb ifb0",
+        "deleting the ifb ifb0",
+        "setting the rate limit (tbf) on ifb0",
+        "setting the rate limit (tbf) on veth9",
+        "deleting the root qdisc of veth9",
+        "adding an ingress qdisc to veth9",
+        "deleting the ingress qdisc of veth9",
+        "deleting stale ingress filters of veth9",
+        "redirecting the ingress of veth9 to the ifb ifb0",
+    ]
+    assert all(type(a).__name__ not in s for a, s in zip(actions, said, strict=True))
