@@ -14,8 +14,7 @@ import pytest
 
 from common.identity import Attachment, network_tag
 from portmap.config import go_chain_name
-from tests.harness.fake_kernel import FakeKernel
-from tests.harness.fake_portmap import FakeNetfilter
+from tests.harness.fake_portmap_world import World as PortmapWorld
 from tests.harness.names import colliding_names
 
 T = "inet cni_meta_portmap"
@@ -24,33 +23,12 @@ T = "inet cni_meta_portmap"
 VICTIM, ATTACKER = colliding_names()
 
 
-class World:
-    def __init__(self, tmp_path: Path, backend: str) -> None:
-        self.backend = backend
-        self.kernel = FakeKernel(tmp_path / "netns")
-        self.netns = self.kernel.add_netns("ctr")
-        self.fake = FakeNetfilter()
-        self.state = tmp_path / "state"
-
-    def conf(self, network: str, ip: str, mappings: Any, **keys: Any) -> dict[str, Any]:
-        return {
-            "cniVersion": "1.1.0", "name": network, "type": "portmap", "backend": self.backend,
-            "runtimeConfig": {"portMappings": mappings},
-            "prevResult": {
-                "cniVersion": "1.1.0",
-                "interfaces": [{"name": "eth0", "sandbox": self.netns}],
-                "ips": [{"address": f"{ip}/16", "interface": 0}],
-            },
-            **keys,
-        }  # fmt: skip
-
-    def run(self, command: str, conf: dict[str, Any], cid: str) -> tuple[int, Any]:
-        return self.kernel.run("portmap", command, conf, netns=self.netns, container_id=cid,
-                               kernel=self.fake)  # fmt: skip
+class World(PortmapWorld):
+    """The harness's portmap world with two tenants: each call names its network."""
 
     def add(self, network: str, cid: str, ip: str, port: int) -> None:
         mapping = [{"hostPort": port, "containerPort": 80, "protocol": "tcp"}]
-        assert self.run("ADD", self.conf(network, ip, mapping), cid)[0] == 0
+        assert self.run("ADD", cid, name=network, ip=ip, mappings=mapping)[0] == 0
 
     def gc(self, network: str, *valid: str) -> None:
         conf = {"cniVersion": "1.1.0", "name": network, "type": "portmap",
@@ -67,7 +45,7 @@ class World:
 def world(request: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> World:
     monkeypatch.setenv("CNI_META_STATE_ROOT", str(tmp_path / "state"))
     monkeypatch.setenv("CNI_META_LOG_FILE", str(tmp_path / "plugins.log"))
-    return World(tmp_path, request.param)
+    return World(tmp_path, monkeypatch, request.param)
 
 
 # ---------------------------------------------------------------------------- GC, finding 1
@@ -138,18 +116,18 @@ def test_a_del_without_a_record_reads_nothing_of_the_other_tenants(
     element of the table, under the lock every ADD and DEL of the node waits for."""
     monkeypatch.setenv("CNI_META_STATE_ROOT", str(tmp_path / "state"))
     monkeypatch.setenv("CNI_META_LOG_FILE", str(tmp_path / "plugins.log"))
-    w = World(tmp_path, "nftables")
+    w = World(tmp_path, monkeypatch, "nftables")
     for i in range(3):
         ranged = [{"hostPort": 20000 + 1000 * i, "containerPort": 20000, "range": 1000}]
-        assert w.run("ADD", w.conf(VICTIM, f"10.88.1.{i}", ranged), f"other{i}")[0] == 0
+        assert w.run("ADD", f"other{i}", name=VICTIM, ip=f"10.88.1.{i}", mappings=ranged)[0] == 0
     mine = [{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}]
-    conf = w.conf(VICTIM, "10.88.0.5", mine if config == "its mappings" else [])
-    assert w.run("ADD", w.conf(VICTIM, "10.88.0.5", mine), "ctr")[0] == 0
-    assert w.run("DEL", conf, "ctr") == (0, None)
+    conf = {"name": VICTIM, "ip": "10.88.0.5", "mappings": mine if config == "its mappings" else []}
+    assert w.run("ADD", "ctr", name=VICTIM, ip="10.88.0.5", mappings=mine)[0] == 0
+    assert w.run("DEL", "ctr", **conf) == (0, None)
     others = w.fake.dump()
     w.fake.sent(reads=True)
 
-    assert w.run("DEL", conf, "ctr") == (0, None)
+    assert w.run("DEL", "ctr", **conf) == (0, None)
 
     key = nft_owner_key(VICTIM, "ctr")
     assert w.fake.sent(reads=True) == (
@@ -171,13 +149,13 @@ def test_a_del_without_a_record_whose_key_is_there_still_finds_its_elements(
     owners set says so, and the DEL removes them as before (the slow look, only then)."""
     monkeypatch.setenv("CNI_META_STATE_ROOT", str(tmp_path / "state"))
     monkeypatch.setenv("CNI_META_LOG_FILE", str(tmp_path / "plugins.log"))
-    w = World(tmp_path, "nftables")
+    w = World(tmp_path, monkeypatch, "nftables")
     w.add(VICTIM, "other", "10.88.0.6", 9090)
     alone = w.fake.dump()
     w.add(VICTIM, "ctr", "10.88.0.5", 8080)
     w.record(VICTIM, "ctr").unlink()
 
-    assert w.run("DEL", w.conf(VICTIM, "10.88.0.5", []), "ctr") == (0, None)
+    assert w.run("DEL", "ctr", name=VICTIM, ip="10.88.0.5", mappings=[]) == (0, None)
 
     assert w.fake.dump() == alone
 
@@ -208,7 +186,7 @@ def test_a_del_without_a_record_leaves_the_go_chain_of_a_sibling_attachment(
     (its prevResult) then removes it."""
     go_made(world, VICTIM, "sib", "10.88.0.5", 8080)
     before = world.fake.dump()
-    conf = world.conf(VICTIM, "10.88.0.6", [{"hostPort": 8081, "containerPort": 80}])
+    conf = world.conf("10.88.0.6", [{"hostPort": 8081, "containerPort": 80}], name=VICTIM)
     conf["prevResult"]["interfaces"][0]["name"] = "eth1"
     if prev_result == "none":
         del conf["prevResult"]
@@ -220,7 +198,7 @@ def test_a_del_without_a_record_leaves_the_go_chain_of_a_sibling_attachment(
 
     assert world.fake.dump() == before
     mapping = [{"hostPort": 8080, "containerPort": 80}]
-    assert world.run("DEL", world.conf(VICTIM, "10.88.0.5", mapping), "sib") == (0, None)
+    assert world.run("DEL", "sib", name=VICTIM, ip="10.88.0.5", mappings=mapping) == (0, None)
     assert go_chain_name(VICTIM, "sib") not in world.fake.dump()
 
 
@@ -231,7 +209,7 @@ def test_gc_leaves_a_mapping_whose_network_nothing_proves(
     record: GC cannot prove the mappings are its network's, leaves them and says so."""
     monkeypatch.setenv("CNI_META_STATE_ROOT", str(tmp_path / "state"))
     monkeypatch.setenv("CNI_META_LOG_FILE", str(tmp_path / "plugins.log"))
-    w = World(tmp_path, "nftables")
+    w = World(tmp_path, monkeypatch, "nftables")
     long = "n" * 120
     w.add(long, "ctr", "10.88.0.5", 8080)
     w.record(long, "ctr").unlink()
