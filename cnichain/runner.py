@@ -11,6 +11,7 @@ import json
 import os
 import re
 import sys
+from collections.abc import Sequence
 
 from cnichain import spec as cnispec
 from cnichain.api import (
@@ -152,21 +153,34 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def capability_args(
+    ports: Sequence[str] = (),
+    bandwidth: str = "",
+    mac: str = "",
+    base: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The runtime config that --port, --bandwidth and --mac describe, over `base`
+    (--runtime-config's): mappings are added to its portMappings."""
+    caps = dict(base or {})
+    if ports:
+        caps["portMappings"] = [*caps.get("portMappings", []), *(parse_port(p) for p in ports)]
+    if bandwidth:
+        caps["bandwidth"] = parse_bandwidth(bandwidth)
+    if mac:
+        caps["mac"] = mac
+    return caps
+
+
 def runtime_from_args(a: argparse.Namespace) -> Runtime:
-    caps: dict[str, Any] = {}
+    base: dict[str, Any] = {}
     if a.runtime_config:
         try:
-            caps = json.loads(a.runtime_config)
+            base = json.loads(a.runtime_config)
         except ValueError as e:
             raise ChainError(f"--runtime-config is not JSON: {e}") from None
-        if not isinstance(caps, dict):
+        if not isinstance(base, dict):
             raise ChainError("--runtime-config must be a JSON object")
-    if a.port:
-        caps.setdefault("portMappings", []).extend(parse_port(s) for s in a.port)
-    if a.bandwidth:
-        caps["bandwidth"] = parse_bandwidth(a.bandwidth)
-    if a.mac:
-        caps["mac"] = a.mac
+    caps = capability_args(a.port or (), a.bandwidth or "", a.mac or "", base)
     netns = a.netns
     if netns and "/" not in netns:
         netns = os.path.join("/run/netns", netns)

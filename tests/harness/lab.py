@@ -19,7 +19,7 @@ from typing import Any
 
 from cnichain import ChainLab, ConfList, Network
 from cnichain.api import derived_container_id
-from cnichain.runner import parse_bandwidth, parse_port
+from cnichain.runner import capability_args
 from tests.harness import snapshot as snap
 from tests.harness.netns import Netns
 from tests.harness.plugins import GO_BIN, OUR_BIN, Chain
@@ -99,13 +99,7 @@ class LabChain:
         self, ctr: Netns | None, ports: Sequence[str], container_id: str, bandwidth: str, mac: str
     ) -> tuple[str, str, dict[str, Any]]:
         netns = ctr.path if ctr else ""
-        caps: dict[str, Any] = {}
-        if ports:
-            caps["portMappings"] = [parse_port(p) for p in ports]
-        if bandwidth:
-            caps["bandwidth"] = parse_bandwidth(bandwidth)
-        if mac:
-            caps["mac"] = mac
+        caps = capability_args(ports, bandwidth, mac)
         return container_id or derived_container_id(netns), netns, caps
 
     def network(self, conflist: Path) -> Network:
