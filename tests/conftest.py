@@ -83,3 +83,14 @@ def lab(tmp_path: Path) -> Iterator[Lab]:
     finally:
         for ns in made:
             nslib.delete(ns)
+
+
+@pytest.fixture(params=["nftables", "iptables-nft", "iptables-legacy"])
+def backend(request: pytest.FixtureRequest, lab: Lab) -> str:
+    """portmap's backend for a root test: nftables, or iptables forced to one variant
+    (CNI_META_IPTABLES in the lab's env); the config's "backend" value is returned."""
+    name = str(request.param)
+    if name.startswith("iptables-"):
+        lab.env["CNI_META_IPTABLES"] = name.split("-")[1]
+        return "iptables"
+    return name

@@ -37,17 +37,8 @@ from tests.harness.traffic import echo_server, reaches
 pytestmark = pytest.mark.root
 
 PORTMAP = our("portmap")
-# iptables-nft / iptables-legacy: the iptables backend forced to that variant
-BACKENDS = ["nftables", "iptables-nft", "iptables-legacy"]
-
-
-@pytest.fixture(params=BACKENDS)
-def backend(request: pytest.FixtureRequest, lab: Lab) -> str:
-    name = str(request.param)
-    if name.startswith("iptables-"):
-        lab.env["CNI_META_IPTABLES"] = name.split("-")[1]
-        return "iptables"
-    return name
+# `backend` (tests/conftest.py): nftables, or the iptables backend forced to iptables-nft
+# or iptables-legacy
 
 
 def rules_text(lab: Lab, backend: str) -> str:

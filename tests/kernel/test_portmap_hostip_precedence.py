@@ -12,15 +12,6 @@ from tests.harness.traffic import echo_server, reaches
 pytestmark = pytest.mark.root
 
 
-@pytest.fixture(params=["nftables", "iptables-nft", "iptables-legacy"])
-def backend(request: pytest.FixtureRequest, lab: Lab) -> str:
-    name = str(request.param)
-    if name.startswith("iptables-"):
-        lab.env["CNI_META_IPTABLES"] = name.split("-")[1]
-        return "iptables"
-    return name
-
-
 def test_a_later_wildcard_does_not_take_an_earlier_specific_address(lab: Lab, backend: str) -> None:
     """The attacker's own specific mapping (another port) used to put all its jumps, its
     wildcard 8080 included, above the victim's in CNI-HOSTPORT-DNAT."""
