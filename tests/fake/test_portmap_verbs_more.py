@@ -24,6 +24,7 @@ from tests.harness.fake_portmap_world import (
     LOCALNET_ON,
     MASQ,
     NET,
+    NFT_CHAINS,
     PUT_BACK,
     SETMARK,
     TO_DNAT,
@@ -136,19 +137,7 @@ def nft_dual_dump(c: str, lanes: bool) -> str:
 """
     return f"""table inet cni_meta_portmap
 {claimed}{maps}  chain hostports
-{hostports}  chain masq-all
-    masquerade
-  chain prerouting
-    fib daddr type local jump hostports
-  chain output
-    fib daddr type local jump hostports
-  chain postrouting
-    ct status dnat ip daddr vmap @masq4
-    ct status dnat ip6 daddr vmap @masq6
-  chain masq4-p16
-    ip saddr 127.0.0.0/8 masquerade
-    ip saddr & 255.255.0.0 . ip daddr @hairpin4 masquerade
-  chain masq6-p64
+{hostports}{NFT_CHAINS}  chain masq6-p64
     ip6 saddr & ffff:ffff:ffff:ffff:: . ip6 daddr @hairpin6 masquerade
 """
 

@@ -97,6 +97,23 @@ NFT_MASQ_CHAIN = [
 ]
 
 
+# The chains every nft dump ends with (the IPv4 masquerade chain of a /16 included)
+NFT_CHAINS = """\
+  chain masq-all
+    masquerade
+  chain prerouting
+    fib daddr type local jump hostports
+  chain output
+    fib daddr type local jump hostports
+  chain postrouting
+    ct status dnat ip daddr vmap @masq4
+    ct status dnat ip6 daddr vmap @masq6
+  chain masq4-p16
+    ip saddr 127.0.0.0/8 masquerade
+    ip saddr & 255.255.0.0 . ip daddr @hairpin4 masquerade
+"""
+
+
 def nft_dump(cid: str = "ctr1", ip: str = "10.88.0.5") -> str:
     c = tag(cid)
     return f"""table inet cni_meta_portmap
@@ -126,19 +143,7 @@ def nft_dump(cid: str = "ctr1", ip: str = "10.88.0.5") -> str:
     dnat ip6 to ip6 daddr . meta l4proto . th dport map @hostip6
     meta nfproto ipv4 dnat ip to meta l4proto . th dport map @any4
     meta nfproto ipv6 dnat ip6 to meta l4proto . th dport map @any6
-  chain masq-all
-    masquerade
-  chain prerouting
-    fib daddr type local jump hostports
-  chain output
-    fib daddr type local jump hostports
-  chain postrouting
-    ct status dnat ip daddr vmap @masq4
-    ct status dnat ip6 daddr vmap @masq6
-  chain masq4-p16
-    ip saddr 127.0.0.0/8 masquerade
-    ip saddr & 255.255.0.0 . ip daddr @hairpin4 masquerade
-"""
+{NFT_CHAINS}"""
 
 
 def ipt_chain_rules(cid: str, ip: str) -> list[str]:
