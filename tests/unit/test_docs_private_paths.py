@@ -8,12 +8,12 @@ code as root (issue 29 finding 7). Recipes put venvs below $HOME or in `mktemp -
 from __future__ import annotations
 
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.harness.checkout import REPO, tracked_files
+
 SHARED = r"""["']?(?:/tmp|/var/tmp|/dev/shm)/"""
 # A venv made in a shared directory, or a program run from one as root.
 RISKY = re.compile(
@@ -23,14 +23,9 @@ DOCS = re.compile(r"(\.md|\.rst|\.txt|\.sh|\.ya?ml|Makefile|Containerfile|README
 
 
 def tracked_docs() -> list[Path]:
-    try:
-        out = subprocess.run(
-            ["git", "-C", str(REPO), "ls-files", "-z"], capture_output=True, check=True
-        ).stdout
-    except (OSError, subprocess.CalledProcessError):
-        pytest.skip("not a git checkout")
-    names = [name for name in out.decode().split("\0") if DOCS.search(name)]
-    return [REPO / name for name in names if (REPO / name).is_file()]
+    return [
+        p for p in tracked_files() if DOCS.search(p.relative_to(REPO).as_posix()) and p.is_file()
+    ]
 
 
 @pytest.mark.parametrize(

@@ -11,23 +11,12 @@ from pathlib import Path
 import pytest
 
 from tests.harness import cnitool
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.harness.checkout import REPO, tracked_files
 
 # An absolute path of this project's development machines (under /work), or the "shared"
 # directory beside their checkouts: neither exists in a user's clone. Spelled in pieces so
 # this file does not match itself.
 MACHINE_PATHS = re.compile("(?<![\\w.-])/" + "work/|(?<![\\w-])" + "sha" + "red/")
-
-
-def tracked_files() -> list[Path]:
-    try:
-        out = subprocess.run(
-            ["git", "-C", str(REPO), "ls-files", "-z"], capture_output=True, check=True
-        ).stdout
-    except (OSError, subprocess.CalledProcessError):
-        pytest.skip("not a git checkout")
-    return [REPO / name for name in out.decode().split("\0") if name]
 
 
 def test_no_file_names_a_path_outside_the_clone() -> None:
